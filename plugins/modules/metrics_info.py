@@ -1,0 +1,176 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: metrics_info
+short_description: Read a vLLM server's KV cache and scheduler metrics, on any vLLM version
+version_added: 0.1.0
+description:
+  - Scrapes C(/metrics), C(/health) and C(/version) of one vLLM server and returns a normalised,
+    version-independent view of its KV cache and scheduler state.
+  - Old (vLLM 0.11 and earlier, C(gpu_cache_usage_perc)) and new (C(kv_cache_usage_perc)) metric
+    names, counters with or without C(_total), several engines and several models are handled.
+  - A value the server does not expose is returned as C(null), never as 0.
+  - There is no C(num_gpu_blocks_used) metric in any vLLM version;
+    RV(metrics.used_blocks_estimate) is derived from usage and the block pool size.
+author:
+  - kvfleet maintainers
+extends_documentation_fragment:
+  - kvfleet.vllm.connection
+attributes:
+  check_mode:
+    support: full
+    description: The module only reads; it runs unchanged in check mode.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+notes:
+  - Fails when C(/metrics) cannot be read (naming the URL and the cause) or does not hold vLLM
+    metrics (saying what was found instead). A failing C(/health) does not fail the module; it
+    sets RV(metrics.healthy=false).
+  - Use M(kvfleet.vllm.cache_gate) to judge the state over several samples.
+seealso:
+  - module: kvfleet.vllm.cache_gate
+"""
+
+EXAMPLES = r"""
+- name: Read the KV cache state of the local vLLM server
+  kvfleet.vllm.metrics_info:
+    url: http://127.0.0.1:8000
+  register: vllm
+
+- name: Show usage and queue
+  ansible.builtin.debug:
+    msg: >-
+      KV cache {{ (vllm.metrics.kv_cache_usage * 100) | round(1) }}% of
+      {{ vllm.metrics.num_gpu_blocks }} blocks, {{ vllm.metrics.requests_running }} running,
+      {{ vllm.metrics.requests_waiting }} waiting
+
+- name: Read a server behind TLS with a private CA
+  kvfleet.vllm.metrics_info:
+    url: https://vllm-01.example.com:8443
+    ca_path: /etc/pki/internal-ca.pem
+    api_key: "{{ vault_vllm_api_key }}"
+    timeout: 5
+"""
+
+RETURN = r"""
+metrics:
+  description: Normalised view of the server.
+  returned: success
+  type: dict
+  contains:
+    schema:
+      description: C(v0) for servers with only the 0.11-and-earlier names and no engine label, C(v1) otherwise.
+      type: str
+      sample: v1
+    version:
+      description: Server version from C(/version); null if the endpoint is absent.
+      type: str
+      sample: 0.32.0
+    healthy:
+      description: Whether C(/health) answered HTTP 200.
+      type: bool
+      sample: true
+    health_status:
+      description: HTTP status of C(/health); null when it did not answer (timed out, refused).
+      type: int
+      sample: 200
+    kv_cache_usage:
+      description:
+        - KV cache usage 0..1, the block-weighted mean over engines. Cached prefix blocks that no
+          request holds count as free.
+      type: float
+      sample: 0.42
+    num_gpu_blocks:
+      description: Blocks in the KV cache pool, summed over engines (from C(cache_config_info)).
+      type: int
+      sample: 256
+    block_size:
+      description: Tokens per block.
+      type: int
+      sample: 16
+    used_blocks_estimate:
+      description: Blocks in use, estimated as usage x (num_gpu_blocks - 1) per engine.
+      type: int
+      sample: 107
+    requests_running:
+      description: Requests being processed.
+      type: int
+    requests_waiting:
+      description: Requests queued.
+      type: int
+    waiting_capacity:
+      description: Queued requests waiting for capacity (KV blocks or the sequence cap). vLLM 2026 releases and later.
+      type: int
+    waiting_deferred:
+      description: Queued requests deferred (LoRA slots, grammar compilation, async KV loads).
+      type: int
+    requests_swapped:
+      description: Swapped requests (V0 engine only).
+      type: int
+    preemptions_total:
+      description: Preemptions since start.
+      type: int
+    admission_rejections_total:
+      description: Requests rejected with HTTP 503 by the queue limits, since start.
+      type: int
+    request_errors_total:
+      description: Requests finished with reason C(error) or C(abort), since start.
+      type: int
+    requests_finished_total:
+      description: Requests finished for any reason, since start.
+      type: int
+    prefix_cache_hit_rate:
+      description: Prefix cache hits over queries since start; null before the first query.
+      type: float
+    prefix_cache_queries_total:
+      description: Prefix cache token queries since start.
+      type: int
+    prefix_cache_hits_total:
+      description: Prefix cache token hits since start.
+      type: int
+    prompt_tokens_total:
+      description: Prompt tokens processed since start.
+      type: int
+    generation_tokens_total:
+      description: Tokens generated since start.
+      type: int
+    engines:
+      description: The same fields per engine (data-parallel rank), keyed by the C(engine) label.
+      type: dict
+    models:
+      description: The same fields per C(model_name).
+      type: dict
+    url:
+      description: The server's base URL.
+      type: str
+    time:
+      description: Unix time of the scrape.
+      type: float
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
+    CONNECTION_ARGS, check_connection_params, make_fetcher)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import ProbeError, snapshot
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(CONNECTION_ARGS), supports_check_mode=True)
+    check_connection_params(module)
+    try:
+        view = snapshot(make_fetcher(module), module.params["url"])
+    except ProbeError as exc:
+        module.fail_json(msg=str(exc), url=module.params["url"])
+    module.exit_json(changed=False, metrics=view)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Paths and loaders for the recorded fixtures (see tests/fixtures/metrics/MANIFEST.json)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
+METRICS = os.path.join(ROOT, "metrics")
+GARBAGE = os.path.join(ROOT, "garbage")
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def real_captures():
+    """Every capture recorded from a real vLLM server, by file name."""
+    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(METRICS, "vllm-*.txt")))
+
+
+def synthetic():
+    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(METRICS, "synthetic", "*.txt")))
+
+
+def manifest():
+    with open(os.path.join(METRICS, "MANIFEST.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def sequence(version, condition):
+    """The timed captures of one condition, oldest first: [(seconds_after_first, text)]."""
+    entries = [(name, e) for name, e in manifest().items()
+               if e["version"] == version and e["condition"] == condition
+               and e["sequence_index"] is not None]
+    entries.sort(key=lambda item: item[1]["sequence_index"])
+    return [(e["seconds_after_first"], read(os.path.join(METRICS, name))) for name, e in entries]
