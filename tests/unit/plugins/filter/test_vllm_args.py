@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kvfleet.vllm.plugins.filter.vllm_args import FilterModule, vllm_args
+from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_flags import (
+    VllmArgsError, parse_version, render)
+
+GUIDE = dict(model="meta-llama/Meta-Llama-3.1-8B-Instruct", gpu_memory_utilization=0.92,
+             max_model_len=4096, max_num_seqs=128, block_size=16, preemption_mode="recompute",
+             enable_prefix_caching=True)
+
+
+def test_the_guides_config_on_vllm_010_keeps_preemption_mode():
+    argv, warnings = render(GUIDE, "0.10.1.1")
+    assert argv == ["--model", "meta-llama/Meta-Llama-3.1-8B-Instruct",
+                    "--gpu-memory-utilization", "0.92", "--max-model-len", "4096",
+                    "--max-num-seqs", "128", "--block-size", "16",
+                    "--preemption-mode", "recompute", "--enable-prefix-caching"]
+    assert warnings == []
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.12.0", "0.32.0", "0.33.0"])
+def test_preemption_mode_left_out_from_011_with_the_reason(version):
+    argv, warnings = render(GUIDE, version, var_prefix="vllm_server_")
+    assert "--preemption-mode" not in argv
+    assert len(warnings) == 1
+    assert "vllm_server_preemption_mode" in warnings[0] and "always recomputes" in warnings[0]
+
+
+@pytest.mark.parametrize("version, present", [("0.17.1", True), ("0.18.0", False)])
+def test_swap_space_until_018(version, present):
+    argv, warnings = render(dict(model="m", swap_space=4), version)
+    assert ("--swap-space" in argv) is present
+    assert bool(warnings) is not present
+
+
+@pytest.mark.parametrize("version, present", [("0.17.0", False), ("0.18.0", True), ("0.32.0+cpu", True)])
+def test_shutdown_timeout_from_018(version, present):
+    argv, warnings = render(dict(model="m", shutdown_timeout=30), version)
+    assert (argv[-2:] == ["--shutdown-timeout", "30"]) is present
+    assert bool(warnings) is not present
+
+
+@pytest.mark.parametrize("device, version, size, ok", [
+    ("cpu", "0.32.0", 32, True), ("cpu", "0.32.0", 64, True), ("cpu", "0.32.0", 96, True),
+    ("cpu", "0.32.0", 16, False), ("cpu", "0.32.0", 8, False),
+    ("cuda", "0.11.0", 16, True), ("cuda", "0.11.0", 128, True), ("cuda", "0.11.0", 256, False),
+    ("cuda", "0.12.0", 256, True), ("cuda", "0.32.0", 24, False), ("cuda", "0.32.0", 0, False),
+])
+def test_block_size_per_device_and_version(device, version, size, ok):
+    config = dict(model="m", block_size=size)
+    if ok:
+        assert render(config, version, device)[0][-2:] == ["--block-size", str(size)]
+    else:
+        with pytest.raises(VllmArgsError) as err:
+            render(config, version, device, var_prefix="vllm_server_")
+        assert "vllm_server_block_size" in str(err.value) and repr(size) in str(err.value)
+
+
+@pytest.mark.parametrize("key, value, allowed", [
+    ("gpu_memory_utilization", 0, "(0, 1]"), ("gpu_memory_utilization", 1.5, "(0, 1]"),
+    ("gpu_memory_utilization", "lots", "(0, 1]"),
+    ("port", 70000, "65535 or less"), ("port", "http", "integer"), ("port", True, "integer"),
+    ("max_num_seqs", 0, "1 or more"), ("preemption_mode", "sometimes", "recompute, swap"),
+    ("enable_prefix_caching", "yes", "true or false"), ("kv_cache_memory_bytes", "lots", "2G"),
+    ("dtype", "int4", "bfloat16"),
+])
+def test_bad_values_name_variable_value_and_allowed(key, value, allowed):
+    with pytest.raises(VllmArgsError) as err:
+        render(dict(model="m", **{key: value}), "0.32.0", var_prefix="vllm_server_", context="b")
+    text = str(err.value)
+    assert text.startswith("vllm_server_%s (b): " % key)
+    assert repr(value) in text and allowed in text
+
+
+def test_unknown_option_points_to_extra_args():
+    with pytest.raises(VllmArgsError) as err:
+        render(dict(model="m", max_num_sequences=4), "0.32.0", var_prefix="vllm_server_")
+    assert "vllm_server_max_num_sequences" in str(err.value)
+    assert "vllm_server_extra_args" in str(err.value)
+
+
+@pytest.mark.parametrize("config", [dict(model="m", api_key="s3cret"),
+                                    dict(model="m", extra_args=["--api-key", "s3cret"]),
+                                    dict(model="m", extra_args=["--api-key=s3cret"])])
+def test_secrets_are_refused_and_not_echoed(config):
+    with pytest.raises(VllmArgsError) as err:
+        render(config, "0.32.0")
+    assert "s3cret" not in str(err.value)
+
+
+def test_booleans_none_and_extra_args():
+    argv, _ = render(dict(model="m", enable_prefix_caching=False, enforce_eager=False,
+                          max_num_seqs=None, extra_args=["--max-num-batched-tokens=8192"]), "0.32.0")
+    assert argv == ["--model", "m", "--no-enable-prefix-caching", "--max-num-batched-tokens=8192"]
+    argv, _ = render(dict(model="m", enable_prefix_caching=False), "0.8.5")
+    assert argv == ["--model", "m"]  # V0 default is off; 0.8 has no --no- form
+
+
+def test_bad_version_device_and_missing_model():
+    for kwargs, name in ((dict(version="latest"), "vllm_server_version"),
+                         (dict(version="0.32.0", device="rocm"), "vllm_server_device")):
+        with pytest.raises(VllmArgsError) as err:
+            render(dict(model="m"), var_prefix="vllm_server_", **kwargs)
+        assert name in str(err.value)
+    with pytest.raises(VllmArgsError) as err:
+        render({}, "0.32.0", var_prefix="vllm_server_")
+    assert "vllm_server_model" in str(err.value)
+
+
+def test_parse_version():
+    assert parse_version("0.32.0+cpu") == (0, 32, 0)
+    assert parse_version("0.10.1.1") == (0, 10, 1, 1)
+    assert parse_version("v0.9") == (0, 9)
+
+
+def test_filter_plugin_wraps_errors_and_is_registered():
+    assert FilterModule().filters()["vllm_args"] is vllm_args
+    assert vllm_args(dict(model="m"), "0.32.0", "cpu") == ["--model", "m"]
+    with pytest.raises(AnsibleFilterError):
+        vllm_args(dict(model="m", block_size=16), "0.32.0", "cpu")
