@@ -17,7 +17,7 @@ description:
     on 0.18 and later. Rendering them would make vLLM exit at start-up.
   - Invalid values fail with the variable, the value and what is allowed (block sizes per device
     and version, C(gpu_memory_utilization) in (0, 1], ports, ...).
-  - C(api_key) and C(hf_token) are refused: secrets do not belong on a command line.
+  - C(api_key) and C(hf_token) are refused, since secrets do not belong on a command line.
 options:
   _input:
     description:

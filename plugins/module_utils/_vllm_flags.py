@@ -193,8 +193,8 @@ def render(config, version, device="cuda", var_prefix="", context=""):
             fail(key, "must not become a command-line flag (it would show in ps, the unit and "
                       "logs); the server role writes it to the 0600 environment file")
         if key not in _OPTION_MAP and key != "extra_args":
-            fail(key, "unknown vLLM option %r; known options: %s; pass any other flag in %sextra_args"
-                 % (key, ", ".join(sorted(_OPTION_MAP)), var_prefix))
+            fail(key, "unknown vLLM option %r; known options: %s; pass any other flag in "
+                 "%sextra_args" % (key, ", ".join(sorted(_OPTION_MAP)), var_prefix))
     if config.get("model") in (None, ""):
         fail("model", "is required (a local path or a Hugging Face model id)")
 

@@ -20,8 +20,8 @@ from vllm_server import Load, VllmServer  # noqa: E402
 MIB = 1024 * 1024
 
 
-def run_module(module, args, check=False):
-    """Run one kvfleet.vllm module on localhost via `ansible`; -> (failed, result, seconds)."""
+def run_module(module, args, check=False, timed=False):
+    """Run one kvfleet.vllm module on localhost via `ansible`: (failed, result[, seconds])."""
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_LOCALHOST_WARNING="0",
                ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
@@ -30,7 +30,8 @@ def run_module(module, args, check=False):
     if check:
         cmd.append("--check")
     t0 = time.time()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    # the exit code is read from the JSON result (a failed module exits 2)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=False)
     elapsed = time.time() - t0
     try:
         out = json.loads(proc.stdout)
@@ -38,7 +39,9 @@ def run_module(module, args, check=False):
         raise AssertionError("ansible printed no JSON (rc %s):\n%s\n%s"
                              % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
     result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    return bool(result.get("failed")), result, elapsed
+    if timed:
+        return bool(result.get("failed")), result, elapsed
+    return bool(result.get("failed")), result
 
 
 @pytest.fixture(scope="module")

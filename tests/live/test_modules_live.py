@@ -6,7 +6,7 @@ from conftest import MIB, run_module, under_load
 
 
 def test_metrics_info_idle(idle_server):
-    failed, result, _ = run_module("metrics_info", {"url": idle_server.url})
+    failed, result = run_module("metrics_info", {"url": idle_server.url})
     assert not failed, result
     m = result["metrics"]
     assert (m["schema"], m["version"], m["healthy"]) == ("v1", "0.32.0", True)
@@ -16,12 +16,12 @@ def test_metrics_info_idle(idle_server):
 
 
 def test_metrics_info_check_mode(idle_server):
-    failed, result, _ = run_module("metrics_info", {"url": idle_server.url}, check=True)
+    failed, result = run_module("metrics_info", {"url": idle_server.url}, check=True)
     assert not failed and result["changed"] is False and result["metrics"]["healthy"] is True
 
 
 def test_gate_idle_is_healthy_idle(idle_server):
-    failed, result, seconds = run_module("cache_gate", {"url": idle_server.url})
+    failed, result, seconds = run_module("cache_gate", {"url": idle_server.url}, timed=True)
     assert not failed, result
     assert (result["verdict"], result["state"], result["causes"]) == ("healthy", "idle", [])
     assert len(result["samples"]) == 3
@@ -32,7 +32,7 @@ def test_tiny_kv_cache_under_load_is_kv_cache_exhausted(server_factory):
     srv = server_factory(kv_bytes=2 * MIB, max_num_seqs=16)
     load = under_load(srv, 200, 32, 200, 800)
     try:
-        failed, result, _ = run_module("cache_gate", {"url": srv.url, "max_num_seqs": 16,
+        failed, result = run_module("cache_gate", {"url": srv.url, "max_num_seqs": 16,
                                                       "fail_on": []})
     finally:
         load.cancel()
@@ -52,7 +52,8 @@ def test_max_num_seqs_2_under_load_is_concurrency_cap_not_exhaustion(server_fact
         inferred = run_module("cache_gate", {"url": srv.url, "fail_on": []})
     finally:
         load.cancel()
-    for failed, result, _ in (known, inferred):
+    for failed, result in (known, inferred):
+        assert not failed  # degraded is not in fail_on
         ids = [c["id"] for c in result["causes"]]
         assert "concurrency_cap" in ids, result
         assert "kv_cache_exhausted" not in ids
@@ -65,9 +66,9 @@ def test_stopped_server_is_engine_down(server_factory):
     srv = server_factory(kv_bytes=8 * MIB, max_num_seqs=16)
     url = srv.url
     srv.stop()
-    failed, result, _ = run_module("cache_gate", {"url": url, "samples": 2, "interval": 1})
+    failed, result = run_module("cache_gate", {"url": url, "samples": 2, "interval": 1})
     assert failed and result["verdict"] == "unhealthy"
     assert [c["id"] for c in result["causes"]] == ["engine_down"]
     assert url + "/metrics" in result["msg"] and "refused" in result["msg"].lower()
-    failed, result, _ = run_module("metrics_info", {"url": url})
+    failed, result = run_module("metrics_info", {"url": url})
     assert failed and url + "/metrics" in result["msg"] and "refused" in result["msg"].lower()

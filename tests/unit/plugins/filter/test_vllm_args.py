@@ -93,10 +93,10 @@ def test_secrets_are_refused_and_not_echoed(config):
 
 
 def test_booleans_none_and_extra_args():
-    argv, _ = render(dict(model="m", enable_prefix_caching=False, enforce_eager=False,
-                          max_num_seqs=None, extra_args=["--max-num-batched-tokens=8192"]), "0.32.0")
+    argv = render(dict(model="m", enable_prefix_caching=False, enforce_eager=False,
+                       max_num_seqs=None, extra_args=["--max-num-batched-tokens=8192"]), "0.32.0")[0]
     assert argv == ["--model", "m", "--no-enable-prefix-caching", "--max-num-batched-tokens=8192"]
-    argv, _ = render(dict(model="m", enable_prefix_caching=False), "0.8.5")
+    argv = render(dict(model="m", enable_prefix_caching=False), "0.8.5")[0]
     assert argv == ["--model", "m"]  # V0 default is off; 0.8 has no --no- form
 
 

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import copy
 
-import pytest
-
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
     CAUSE_IDS, add_rates, diagnose)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import parse

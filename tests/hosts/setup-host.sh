@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Podman prerequisites for systemd test hosts on this kind of machine (root, no systemd as PID 1,
+# hybrid cgroups, no CAP_SYS_RESOURCE). Each setting below answers an observed failure.
+set -euo pipefail
+. "$(dirname "$0")/env.sh"
+need=(podman runc conmon netavark aardvark-dns catatonit iptables uidmap slirp4netns
+      fuse-overlayfs mmdebstrap ca-certificates)
+missing=()
+for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+mkdir -p "$HOSTS_STATE"/{etc,storage,run,networks}
+# hard RLIMIT_NOFILE here is 20000 and podman's default (1048576) cannot be set without
+# CAP_SYS_RESOURCE; same for NPROC.
+nofile=$(( $(ulimit -Hn) < 16384 ? $(ulimit -Hn) : 16384 ))
+cat > "$CONTAINERS_CONF" <<CONF
+[containers]
+default_ulimits = ["nofile=${nofile}:${nofile}", "nproc=16384:16384"]
+[network]
+network_config_dir = "$HOSTS_STATE/networks"
+[engine]
+# crun refuses this kernel's hybrid cgroup layout; no systemd/journald on the machine itself
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+tmp_dir = "$HOSTS_STATE/run/libpod"
+CONF
+cat > "$CONTAINERS_STORAGE_CONF" <<CONF
+[storage]
+driver = "overlay"
+runroot = "$HOSTS_STATE/run/storage"
+graphroot = "$HOSTS_STATE/storage"
+CONF
+echo "podman configured under $HOSTS_STATE"

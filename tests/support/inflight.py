@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Send N completions at once to a local vLLM and report how each ended (stdlib only).
+
+usage: inflight.py URL N MAX_TOKENS [API_KEY]
+Prints one JSON object: counts of complete (HTTP 200, finish_reason length, all tokens),
+truncated (HTTP 200 but aborted or short: what a naive client takes for success) and failed.
+Bounded: N requests, loopback only, 300 s timeout each.
+"""
+import json
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+url, n, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+key = sys.argv[4] if len(sys.argv) > 4 else ""
+results = [None] * n
+
+
+def one(i):
+    body = json.dumps({"model": "tiny-llama", "prompt": "def class return %d" % i,
+                       "max_tokens": max_tokens, "ignore_eos": True, "temperature": 1.0}).encode()
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer " + key
+    t0 = time.time()
+    try:
+        req = urllib.request.Request(url + "/v1/completions", data=body, headers=headers)
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            data = json.load(resp)
+        choice = data["choices"][0]
+        done = (choice["finish_reason"] == "length"
+                and data["usage"]["completion_tokens"] == max_tokens)
+        results[i] = {"outcome": "complete" if done else "truncated",
+                      "finish_reason": choice["finish_reason"],
+                      "tokens": data["usage"]["completion_tokens"], "seconds": time.time() - t0}
+    except Exception as exc:  # refused, reset, HTTP error, bad JSON: all count as failed
+        results[i] = {"outcome": "failed", "error": repr(exc)[:200], "seconds": time.time() - t0}
+
+
+threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+summary = {k: sum(1 for r in results if r["outcome"] == k) for k in ("complete", "truncated", "failed")}
+summary["requests"] = n
+summary["details"] = results
+print(json.dumps(summary))
