@@ -47,6 +47,8 @@ if want model; then
     log "tiny model"
     "$KVFLEET_VLLM_PYTHON" "$KVFLEET_ROOT/tests/support/make_tiny_model.py" "$KVFLEET_MODEL_DIR" >/dev/null 2>&1
   fi
+  # safetensors writes its file 0600; the test hosts' service user must read it
+  chmod -R a+rX "$KVFLEET_MODEL_DIR"
 fi
 
 if want wheelhouse; then
