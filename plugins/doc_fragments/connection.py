@@ -18,7 +18,7 @@ options:
     required: true
   api_key:
     description:
-      - API key sent as C(Authorization: Bearer). vLLM only checks it on C(/v1) routes, but a
+      - API key, sent in an C(Authorization) header as a bearer token. vLLM only checks it on C(/v1) routes, but a
         proxy in front of the server may check it everywhere.
     type: str
   timeout:

@@ -148,8 +148,8 @@ OPTIONS = (
     ("tensor_parallel_size", dict(flag="--tensor-parallel-size", check=_int(1))),
     ("pipeline_parallel_size", dict(flag="--pipeline-parallel-size", check=_int(1))),
     ("data_parallel_size", dict(flag="--data-parallel-size", check=_int(1))),
-    ("dtype", dict(flag="--dtype", check=_choice("auto", "half", "float16", "bfloat16",
-                                                  "float", "float32"))),
+    ("dtype", dict(flag="--dtype",
+                   check=_choice("auto", "half", "float16", "bfloat16", "float", "float32"))),
     ("kv_cache_dtype", dict(flag="--kv-cache-dtype", check=_string)),
     ("shutdown_timeout", dict(flag="--shutdown-timeout", check=_int(0), since=(0, 18),
                               why="--shutdown-timeout exists from vLLM 0.18; older servers abort "

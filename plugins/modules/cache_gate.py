@@ -21,7 +21,7 @@ description:
   - A cause of severity C(critical) makes the verdict C(unhealthy); a C(warning) makes it
     C(degraded).
 author:
-  - kvfleet maintainers
+  - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
   - kvfleet.vllm.connection
 options:
@@ -70,7 +70,7 @@ attributes:
     support: none
     description: Nothing is changed, so there is nothing to diff.
 notes:
-  - A server that cannot be read is not an error of the module: it is the cause C(engine_down)
+  - A server that cannot be read is not an error of the module; it is the cause C(engine_down)
     and the verdict C(unhealthy).
   - The wall time is about O(samples) x O(interval) seconds plus three HTTP requests per sample.
 seealso:

@@ -16,7 +16,7 @@ description:
   - Used by the C(kvfleet.vllm.server) role and the C(kvfleet.vllm.deploy) playbook as a
     preflight on CUDA hosts.
 author:
-  - kvfleet maintainers
+  - kvfleet maintainers (@kvfleet)
 requirements:
   - nvidia-ml-py (provides the C(pynvml) module; the PyPI package named C(pynvml) is a deprecated wrapper of it)
   - an NVIDIA driver on the managed host

@@ -19,7 +19,7 @@ description:
   - There is no C(num_gpu_blocks_used) metric in any vLLM version;
     RV(metrics.used_blocks_estimate) is derived from usage and the block pool size.
 author:
-  - kvfleet maintainers
+  - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
   - kvfleet.vllm.connection
 attributes:

@@ -32,8 +32,8 @@ def test_tiny_kv_cache_under_load_is_kv_cache_exhausted(server_factory):
     srv = server_factory(kv_bytes=2 * MIB, max_num_seqs=16)
     load = under_load(srv, 200, 32, 200, 800)
     try:
-        failed, result = run_module("cache_gate", {"url": srv.url, "max_num_seqs": 16,
-                                                      "fail_on": []})
+        failed, result = run_module(
+            "cache_gate", {"url": srv.url, "max_num_seqs": 16, "fail_on": []})
     finally:
         load.cancel()
     ids = [c["id"] for c in result["causes"]]

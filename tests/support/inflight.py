@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Send N completions at once to a local vLLM and report how each ended (stdlib only).
 
 usage: inflight.py URL N MAX_TOKENS [API_KEY]

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 # -*- coding: utf-8 -*-
 # Copyright (c) kvfleet.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -24,7 +23,6 @@ import time
 import urllib.error
 import urllib.request
 
-# realpath: the command is reached through a symlink in /usr/local/bin
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib"))
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
@@ -109,7 +107,7 @@ def gate(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="kvfleet-vllm", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="kvfleet-vllm", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("wait-healthy", help="wait until a vLLM unit answers /health")
     p.add_argument("--unit", required=True)
