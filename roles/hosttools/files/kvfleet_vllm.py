@@ -10,6 +10,8 @@ and rules as the modules. Standard library only.
 
   kvfleet-vllm wait-healthy --unit vllm-main.service --url http://127.0.0.1:8000 [--timeout 900]
   kvfleet-vllm gate --url URL [--samples 3] [--interval 2] [--max-num-seqs N]   (JSON on stdout)
+  kvfleet-vllm restart-guard --config /etc/kvfleet/restart.json   (scheduled restart, drain-aware)
+  kvfleet-vllm sample --config /etc/kvfleet/monitor.json          (monitor: history + textfile)
 """
 
 from __future__ import annotations
@@ -29,6 +31,18 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  
     add_rates, diagnose)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # noqa: E402
     ProbeError, Response, snapshot, unreachable_snapshot)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._textfile import render  # noqa: E402
+from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import (  # noqa: E402
+    sustained_causes, trends)
+
+# journald reads a "<N>" prefix as the syslog priority of the line
+ERR, WARNING, INFO = "<3>", "<4>", "<6>"
+
+
+def log(level, text):
+    stream = sys.stderr if level == ERR else sys.stdout
+    stream.write(level + text + "\n")
+    stream.flush()
 
 
 def make_fetcher(base_url, timeout, api_key=None):
@@ -84,26 +98,217 @@ def wait_healthy(args):
         time.sleep(args.delay)
 
 
+def take(url, api_key=None, timeout=10):
+    """One snapshot, or the record of a server that could not be read."""
+    try:
+        snap = snapshot(make_fetcher(url, timeout, api_key), url)
+        snap.pop("engines", None)
+        snap.pop("models", None)
+        return snap
+    except ProbeError as exc:
+        return unreachable_snapshot(url, exc)
+
+
+def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, timeout=10):
+    snaps, start = [], time.time()
+    for i in range(samples):
+        if i:
+            time.sleep(max(0.0, start + i * interval - time.time()))
+        snaps.append(take(url, api_key, timeout))
+    add_rates(snaps)
+    result = diagnose(snaps, max_num_seqs=max_num_seqs)
+    result["samples"] = snaps
+    return result
+
+
 def gate(args):
     """Print the gate result as JSON; exit 0 healthy, 1 degraded, 2 unhealthy."""
-    fetch = make_fetcher(args.url, args.probe_timeout, os.environ.get("VLLM_API_KEY"))
-    snaps, start = [], time.time()
-    for i in range(args.samples):
-        if i:
-            time.sleep(max(0.0, start + i * args.interval - time.time()))
-        try:
-            snap = snapshot(fetch, args.url)
-            snap.pop("engines", None)
-            snap.pop("models", None)
-        except ProbeError as exc:
-            snap = unreachable_snapshot(args.url, exc)
-        snaps.append(snap)
-    add_rates(snaps)
-    result = diagnose(snaps, max_num_seqs=args.max_num_seqs)
-    result["samples"] = snaps
+    result = run_gate(args.url, args.samples, args.interval, args.max_num_seqs,
+                      os.environ.get("VLLM_API_KEY"), args.probe_timeout)
     json.dump(result, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return {"healthy": 0, "degraded": 1}.get(result["verdict"], 2)
+
+
+def load_config(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _hooks(commands, inst, what):
+    """Run operator commands (load balancer drain/undrain); the first failure stops."""
+    env = dict(os.environ, KVFLEET_INSTANCE=inst["name"], KVFLEET_UNIT=inst["unit"],
+               KVFLEET_URL=inst["url"])
+    for cmd in commands:
+        proc = subprocess.run(cmd, shell=True, env=env, capture_output=True, text=True,
+                              check=False, timeout=600)
+        if proc.returncode:
+            log(ERR, "%s: %s command failed (exit %d): %s\n%s" % (
+                inst["unit"], what, proc.returncode, cmd, (proc.stderr or proc.stdout)[-2000:]))
+            return False
+        log(INFO, "%s: %s command done: %s" % (inst["unit"], what, cmd))
+    return True
+
+
+def _wait_idle(inst, timeout):
+    """Wait, bounded, until nothing runs or waits. Returns the last snapshot."""
+    deadline = time.time() + timeout
+    while True:
+        snap = take(inst["url"])
+        busy = (snap.get("requests_running") or 0) + (snap.get("requests_waiting") or 0)
+        if snap.get("error") or busy == 0 or time.time() >= deadline:
+            return snap
+        time.sleep(2)
+
+
+def restart_one(cfg, inst):
+    """Restart one instance the drain-aware way. Returns 'skipped', 'restarted' or 'failed'."""
+    unit = inst["unit"]
+    if cfg.get("mode") == "when_degraded":
+        result = run_gate(inst["url"], cfg.get("gate_samples", 3), cfg.get("gate_interval", 2),
+                          inst.get("max_num_seqs"), os.environ.get("VLLM_API_KEY"))
+        found = [c["id"] for c in result["causes"]]
+        curing = [c for c in found if c in cfg.get("causes", [])]
+        if not curing:
+            log(INFO, "%s: not restarting: verdict %s, causes %s; a restart cures only %s"
+                % (unit, result["verdict"], found or "none", ", ".join(cfg.get("causes", []))))
+            return "skipped"
+        log(WARNING, "%s: restarting: %s found, which a restart cures" % (unit, ", ".join(curing)))
+    else:
+        log(INFO, "%s: scheduled restart (mode always)" % unit)
+    if not _hooks(cfg.get("pre_commands", []), inst, "pre-restart"):
+        log(ERR, "%s: not restarted, the pre-restart commands failed" % unit)
+        return "failed"
+    t0 = time.time()
+    snap = _wait_idle(inst, cfg.get("drain_timeout", 120))
+    busy = (snap.get("requests_running") or 0) + (snap.get("requests_waiting") or 0)
+    if busy and inst.get("graceful"):
+        log(INFO, "%s: %d request(s) still in flight after %.0fs; vLLM drains them on stop "
+            "(--shutdown-timeout)" % (unit, busy, time.time() - t0))
+    elif busy:
+        log(WARNING, "%s: %d request(s) still in flight after %.0fs and this vLLM has no "
+            "--shutdown-timeout: they will be aborted" % (unit, busy, time.time() - t0))
+    t1 = time.time()
+    proc = subprocess.run(["systemctl", "restart", unit], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode:
+        log(ERR, "%s: systemctl restart failed: %s" % (unit, proc.stderr.strip()))
+        return "failed"
+    waiter = argparse.Namespace(unit=unit, url=inst["url"], timeout=cfg.get("health_timeout", 900),
+                                delay=2, probe_timeout=3)
+    if wait_healthy(waiter) != 0:
+        log(ERR, "%s: did not come back healthy after the restart; left out of the load "
+            "balancer (post-restart commands not run)" % unit)
+        return "failed"
+    log(INFO, "%s: restarted and healthy in %.1fs (drain wait %.1fs)" % (unit, time.time() - t1, t1 - t0))
+    if not _hooks(cfg.get("post_commands", []), inst, "post-restart"):
+        return "failed"
+    return "restarted"
+
+
+def restart_guard(args):
+    """Restart the host's instances one after the other; exit 1 if any failed."""
+    cfg = load_config(args.config)
+    outcomes = {}
+    for inst in cfg["instances"]:
+        outcomes[inst["unit"]] = restart_one(cfg, inst)
+        if outcomes[inst["unit"]] == "failed":
+            break  # never take a second instance down after one failed to come back
+    log(INFO, "restart guard: %s" % ", ".join("%s %s" % kv for kv in sorted(outcomes.items())))
+    return 1 if "failed" in outcomes.values() else 0
+
+
+def _read_history(path, limit_bytes=4 * 1024 * 1024):
+    """The newest lines of the history (the tail of the file is enough for trends)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit_bytes))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    lines = data.splitlines()
+    if size > limit_bytes:
+        lines = lines[1:]  # the first one is cut
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _rotate(path, max_bytes, keep):
+    try:
+        if os.path.getsize(path) < max_bytes:
+            return
+    except OSError:
+        return
+    for i in range(keep - 1, 0, -1):
+        older = "%s.%d" % (path, i)
+        if os.path.exists(older):
+            os.replace(older, "%s.%d" % (path, i + 1))
+    os.replace(path, path + ".1")
+    if os.path.exists("%s.%d" % (path, keep)):
+        os.remove("%s.%d" % (path, keep))
+
+
+def _atomic_write(path, text):
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def sample(args):
+    """One monitor round: sample each instance, diagnose with its recent history, write the
+    history line, the textfile, and one readable line per instance."""
+    cfg = load_config(args.config)
+    history_path = cfg["history"]
+    history = _read_history(history_path)
+    window = max(2, int(cfg.get("window", 3)))
+    results, new_lines = [], []
+    for inst in cfg["instances"]:
+        past = [h for h in history if h.get("instance") == inst["name"]]
+        now = take(inst["url"], os.environ.get("VLLM_API_KEY"))
+        add_rates(([dict(past[-1])] if past else []) + [now])
+        recent = [dict(h) for h in past[-(window - 1):]] + [now]
+        diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"))
+        found_trends = trends(past[-int(cfg.get("trend_points", 60)):] + [now], cfg.get("trend"))
+        sustained = sustained_causes(
+            [{"causes": [{"id": c} for c in h.get("cause_ids", [])]}
+             for h in past[-(int(cfg.get("sustained_points", 5)) - 1):]]
+            + [diagnosis], cfg.get("trend"))
+        line = dict(now, instance=inst["name"], verdict=diagnosis["verdict"],
+                    state=diagnosis["state"], cause_ids=[c["id"] for c in diagnosis["causes"]],
+                    trend_ids=sorted(t for t, v in found_trends.items() if v))
+        new_lines.append(line)
+        results.append({"instance": inst["name"], "snapshot": None if now.get("error") else now,
+                        "diagnosis": diagnosis, "trends": found_trends, "sustained": sustained,
+                        "time": now["time"]})
+        usage = now.get("kv_cache_usage")
+        rate = (now.get("rates") or {}).get("requests_finished_per_s")
+        log(WARNING if diagnosis["verdict"] != "healthy" else INFO,
+            "%s: %s %s kv_cache=%s running=%s waiting=%s requests/s=%s causes=%s%s" % (
+                inst["name"], diagnosis["verdict"], diagnosis["state"] or "-",
+                "%.1f%%" % (usage * 100) if usage is not None else "n/a",
+                now.get("requests_running"), now.get("requests_waiting"),
+                "%.2f" % rate if rate is not None else "n/a",
+                ",".join(line["cause_ids"]) or "none",
+                (" trends=" + ",".join(line["trend_ids"])) if line["trend_ids"] else ""))
+    os.makedirs(os.path.dirname(history_path), exist_ok=True)
+    _rotate(history_path, int(cfg.get("history_max_bytes", 10 * 1024 * 1024)),
+            int(cfg.get("history_keep", 3)))
+    with open(history_path, "a") as f:
+        for line in new_lines:
+            f.write(json.dumps(line, sort_keys=True) + "\n")
+    if cfg.get("textfile"):
+        os.makedirs(os.path.dirname(cfg["textfile"]), exist_ok=True)
+        _atomic_write(cfg["textfile"], render(results))
+    return 0
 
 
 def main(argv=None):
@@ -123,6 +328,12 @@ def main(argv=None):
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--probe-timeout", type=float, default=10)
     p.set_defaults(func=gate)
+    p = sub.add_parser("restart-guard", help="drain-aware restart of this host's instances")
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=restart_guard)
+    p = sub.add_parser("sample", help="one monitor round: history line and textfile")
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=sample)
     args = parser.parse_args(argv)
     return args.func(args)
 

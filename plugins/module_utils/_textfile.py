@@ -1,0 +1,76 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Render monitor results as a Prometheus textfile-collector file (node_exporter). Stdlib only."""
+
+from __future__ import annotations
+
+from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import CAUSE_IDS, VERDICTS
+from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import TREND_IDS
+
+__all__ = ["render"]
+
+# name, help, where the value comes from: (section, key)
+_GAUGES = (
+    ("kvfleet_vllm_kv_cache_usage_ratio", "KV cache usage, 0..1 (vLLM kv_cache_usage_perc or gpu_cache_usage_perc).", ("snap", "kv_cache_usage")),
+    ("kvfleet_vllm_kv_cache_blocks", "Blocks in the KV cache pool.", ("snap", "num_gpu_blocks")),
+    ("kvfleet_vllm_used_blocks_estimate", "Blocks in use, usage x (blocks - 1).", ("snap", "used_blocks_estimate")),
+    ("kvfleet_vllm_block_size_tokens", "Tokens per KV cache block.", ("snap", "block_size")),
+    ("kvfleet_vllm_requests_running", "Requests being processed.", ("snap", "requests_running")),
+    ("kvfleet_vllm_requests_waiting", "Requests queued.", ("snap", "requests_waiting")),
+    ("kvfleet_vllm_request_rate", "Requests finished per second since the previous sample.", ("rates", "requests_finished_per_s")),
+    ("kvfleet_vllm_generation_tokens_rate", "Tokens generated per second since the previous sample.", ("rates", "generation_tokens_per_s")),
+    ("kvfleet_vllm_preemption_rate", "Preemptions per second since the previous sample.", ("rates", "preemptions_per_s")),
+)
+
+
+def _escape(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**labels):
+    return "{%s}" % ",".join('%s="%s"' % (k, _escape(v)) for k, v in sorted(labels.items()))
+
+
+def _number(value):
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+
+
+def render(results):
+    """results: [{'instance', 'snapshot' (or None), 'diagnosis', 'trends', 'sustained'}]."""
+    families = []
+
+    def family(name, help_text, samples):
+        lines = ["# HELP %s %s" % (name, help_text), "# TYPE %s gauge" % name]
+        lines += ["%s%s %s" % (name, _labels(**labels), _number(value)) for labels, value in samples]
+        families.append("\n".join(lines))
+
+    family("kvfleet_vllm_up", "1 when the instance answered /metrics and /health 200.",
+           [({"instance": r["instance"]}, bool(r["snapshot"] and r["snapshot"].get("healthy")))
+            for r in results])
+    for name, help_text, (section, key) in _GAUGES:
+        samples = []
+        for r in results:
+            snap = r["snapshot"] or {}
+            source = snap if section == "snap" else (snap.get("rates") or {})
+            if source.get(key) is not None:  # absent, not 0, when vLLM does not expose it
+                samples.append(({"instance": r["instance"]}, source[key]))
+        family(name, help_text, samples)
+    family("kvfleet_vllm_verdict", "1 for the instance's current cache_gate verdict.",
+           [({"instance": r["instance"], "verdict": v}, r["diagnosis"]["verdict"] == v)
+            for r in results for v in VERDICTS])
+    family("kvfleet_vllm_cause", "1 when the diagnosis names this cause now.",
+           [({"instance": r["instance"], "cause": c},
+             c in [x["id"] for x in r["diagnosis"]["causes"]]) for r in results for c in CAUSE_IDS])
+    family("kvfleet_vllm_cause_sustained", "1 when the cause was named in most recent samples.",
+           [({"instance": r["instance"], "cause": c}, c in r.get("sustained", []))
+            for r in results for c in CAUSE_IDS])
+    family("kvfleet_vllm_trend", "1 when the history shows the trend (see docs/kv-cache.md).",
+           [({"instance": r["instance"], "trend": t}, bool((r.get("trends") or {}).get(t)))
+            for r in results for t in TREND_IDS])
+    family("kvfleet_vllm_last_sample_timestamp_seconds", "Unix time of the last sample.",
+           [({"instance": r["instance"]}, r["time"]) for r in results])
+    return "\n".join(families) + "\n"

@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Trends over a monitor history (one snapshot per interval, oldest first). Stdlib only.
+
+- usage_falling_rate_steady: the seed guide's "accumulating degradation" signal, KV cache usage
+  falling steadily while the request rate holds. PagedAttention does not fragment, so when it
+  shows, look for a leak or a changing workload rather than scheduling a restart.
+- sustained causes: a cause present in most of the recent diagnoses.
+"""
+
+from __future__ import annotations
+
+__all__ = ["TREND_IDS", "DEFAULTS", "sustained_causes", "trends"]
+
+TREND_IDS = ("usage_falling_rate_steady",)
+DEFAULTS = {"min_points": 10, "usage_drop": 0.1, "rate_tolerance": 0.2, "sustained_share": 0.8}
+
+
+def _slope(xs, ys):
+    n = float(len(xs))
+    mx, my = sum(xs) / n, sum(ys) / n
+    var = sum((x - mx) ** 2 for x in xs)
+    if var == 0:
+        return 0.0
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
+
+
+def trends(history, settings=None):
+    """history: snapshots with 'time', 'kv_cache_usage', 'rates' -> {trend id: evidence or None}."""
+    cfg = dict(DEFAULTS, **(settings or {}))
+    points = [(h["time"], h["kv_cache_usage"], (h.get("rates") or {}).get("requests_finished_per_s"))
+              for h in history
+              if not h.get("error") and h.get("kv_cache_usage") is not None]
+    found = dict((t, None) for t in TREND_IDS)
+    rated = [p for p in points if p[2] is not None]
+    if len(rated) < cfg["min_points"]:
+        return found
+    times = [p[0] for p in rated]
+    usage = [p[1] for p in rated]
+    rates = [p[2] for p in rated]
+    span = times[-1] - times[0]
+    slope = _slope(times, usage)
+    drop = -slope * span
+    half = len(rates) // 2
+    early, late = sum(rates[:half]) / half, sum(rates[half:]) / (len(rates) - half)
+    steady = early > 0 and abs(late - early) / early <= cfg["rate_tolerance"]
+    if drop >= cfg["usage_drop"] and steady:
+        found["usage_falling_rate_steady"] = {
+            "usage_first": round(usage[0], 4), "usage_last": round(usage[-1], 4),
+            "usage_drop_fitted": round(drop, 4), "window_seconds": round(span, 1),
+            "request_rate_early": round(early, 4), "request_rate_late": round(late, 4)}
+    return found
+
+
+def sustained_causes(diagnoses, settings=None):
+    """diagnoses: recent gate results, oldest first -> sorted cause ids present in most of them."""
+    cfg = dict(DEFAULTS, **(settings or {}))
+    if not diagnoses:
+        return []
+    counts = {}
+    for d in diagnoses:
+        for cid in set(c["id"] for c in d.get("causes", [])):
+            counts[cid] = counts.get(cid, 0) + 1
+    need = cfg["sustained_share"] * len(diagnoses)
+    return sorted(cid for cid, n in counts.items() if n >= need and len(diagnoses) >= 2)
