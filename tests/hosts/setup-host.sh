@@ -4,7 +4,7 @@
 set -euo pipefail
 . "$(dirname "$0")/env.sh"
 need=(podman runc conmon netavark aardvark-dns catatonit iptables uidmap slirp4netns
-      fuse-overlayfs mmdebstrap ca-certificates)
+      fuse-overlayfs mmdebstrap ca-certificates prometheus)   # prometheus: for promtool
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,0 +1,62 @@
+"""The scheduled_restart role's plan across a generated 100-host inventory (local dummy hosts)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+
+PLAYBOOK = """
+- name: Plan only (the role's plan entry point); nothing is written to this machine
+  hosts: gpu
+  gather_facts: false
+  tasks:
+    - name: Apply the role's planning tasks
+      ansible.builtin.include_role:
+        name: kvfleet.vllm.scheduled_restart
+        tasks_from: plan
+
+- name: Report every host's own view of the plan
+  hosts: gpu
+  gather_facts: false
+  tasks:
+    - name: Dump
+      ansible.builtin.debug:
+        msg: "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, '_vllm_restart_plan'))) | to_json }}"
+      run_once: true
+"""
+
+
+def run_plan(tmp_path, n, max_concurrent):
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpu]\n" + "".join(
+        "gpu-%03d ansible_connection=local ansible_python_interpreter=%s\n" % (i, sys.executable)
+        for i in range(n)))
+    playbook = tmp_path / "plan.yml"
+    playbook.write_text(PLAYBOOK)
+    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_FORKS="20")
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", str(inventory), str(playbook), "-e", json.dumps({"vllm_restart_max_concurrent": max_concurrent,
+                           "vllm_restart_instances": [{"name": "main", "port": 8000}]})],
+        env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    dump = out["plays"][1]["tasks"][0]["hosts"]
+    return json.loads(next(iter(dump.values()))["msg"])
+
+
+def test_hundred_hosts_ten_percent(tmp_path):
+    views = run_plan(tmp_path, 100, "10%")
+    hosts = sorted(views)
+    assert len(hosts) == 100
+    # every host computed the same plan on its own
+    assert all(views[h] == views[hosts[0]] for h in hosts)
+    own = dict((h, views[h][h]) for h in hosts)
+    per_time = collections.Counter(p["time"] for p in own.values())
+    assert max(per_time.values()) <= 10
+    assert sum(per_time.values()) == 100
+    # inventory order: the first ten hosts share the first slot
+    assert set(own["gpu-%03d" % i]["time"] for i in range(10)) == {"04:00"}
