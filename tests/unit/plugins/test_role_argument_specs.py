@@ -1,0 +1,32 @@
+"""Every role default is documented in meta/argument_specs.yml and every documented option exists."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import yaml
+
+ROLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "roles")
+# documented but without a default on purpose: required, or set by the calling role
+NO_DEFAULT = {"server": {"vllm_server_model"}, "hosttools": {"__kvfleet_hosttools_caller"}}
+
+
+def load(role, *path):
+    with open(os.path.join(ROLES, role, *path), encoding="utf-8") as f:
+        return yaml.safe_load(f) or {}
+
+
+@pytest.mark.parametrize("role", sorted(os.listdir(ROLES)))
+def test_defaults_and_argument_specs_agree(role):
+    defaults = set(load(role, "defaults", "main.yml"))
+    documented = set(load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"])
+    assert defaults - documented == set(), "defaults not documented"
+    assert documented - defaults == NO_DEFAULT.get(role, set()), "documented but no default"
+
+
+@pytest.mark.parametrize("role", sorted(os.listdir(ROLES)))
+def test_role_variables_carry_the_role_prefix(role):
+    prefix = {"server": "vllm_server_", "scheduled_restart": "vllm_restart_",
+              "monitor": "vllm_monitor_", "hosttools": "kvfleet_hosttools_"}[role]
+    assert all(name.startswith(prefix) for name in load(role, "defaults", "main.yml"))
