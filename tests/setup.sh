@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Install everything the tests need, once; later runs reuse it (stamps hold a hash of the inputs).
 # Works on a fresh machine of this kind (Debian 12, Python 3.11, PyPI reachable).
-#   bash tests/setup.sh [tools] [vllm] [model] [wheelhouse] [copy]     (default: all)
+#   bash tests/setup.sh [tools] [latest] [vllm] [model] [wheelhouse] [copy]     (default: all)
 set -euo pipefail
 . "$(dirname "$0")/env.sh"
 mkdir -p "$KVFLEET_CACHE"
 want() { [ $# -eq 0 ] || [[ " ${STEPS} " == *" $1 "* ]]; }
-STEPS="${*:-tools vllm model wheelhouse copy}"
+STEPS="${*:-tools latest vllm model wheelhouse copy}"
 log() { printf '[setup %s] %s\n' "$(date +%T)" "$*"; }
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
@@ -23,8 +23,24 @@ if want tools; then
   for home in "$HOME" "${HOSTS_HOME:-}"; do
     [ -n "$home" ] || continue
     mkdir -p "$home/.ansible/test/cache"
-    cp "$KVFLEET_ROOT/tests/support/get_pip_offline.py" "$home/.ansible/test/cache/get_pip_24_2.py"
+    # 2.19 asks for pip 24.2, 2.21 for 25.2
+    for v in 24_2 25_2; do
+      cp "$KVFLEET_ROOT/tests/support/get_pip_offline.py" "$home/.ansible/test/cache/get_pip_$v.py"
+    done
   done
+fi
+
+if want latest; then
+  # the newest ansible-core on the newest Python here, for units and sanity only
+  h="ansible-core==$KVFLEET_LATEST_CORE python$KVFLEET_LATEST_PY"
+  if ! stamp_ok "$KVFLEET_TOOLS_LATEST/.stamp" "$h"; then
+    log "tool venv with ansible-core $KVFLEET_LATEST_CORE on Python $KVFLEET_LATEST_PY"
+    py=$(ls -d /root/.pyenv/versions/$KVFLEET_LATEST_PY*/bin/python3 2>/dev/null | tail -1)
+    [ -n "$py" ] || py=$(command -v "python$KVFLEET_LATEST_PY")
+    rm -rf "$KVFLEET_TOOLS_LATEST"; "$py" -m venv "$KVFLEET_TOOLS_LATEST"
+    "$KVFLEET_TOOLS_LATEST/bin/pip" install -q "ansible-core==$KVFLEET_LATEST_CORE" 2>&1 | grep -v 'is ignored' || true
+    echo "$h" > "$KVFLEET_TOOLS_LATEST/.stamp"
+  fi
 fi
 
 if want vllm; then

@@ -38,9 +38,10 @@ def run_plan(tmp_path, n, max_concurrent):
     playbook.write_text(PLAYBOOK)
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_FORKS="20")
+    extra = {"vllm_restart_max_concurrent": max_concurrent,
+             "vllm_restart_instances": [{"name": "main", "port": 8000}]}
     proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inventory), str(playbook), "-e", json.dumps({"vllm_restart_max_concurrent": max_concurrent,
-                           "vllm_restart_instances": [{"name": "main", "port": 8000}]})],
+        ["ansible-playbook", "-i", str(inventory), str(playbook), "-e", json.dumps(extra)],
         env=env, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout)

@@ -122,4 +122,3 @@ def test_filter_plugin_wraps_errors_and_is_registered():
     assert vllm_args(dict(model="m"), "0.32.0", "cpu") == ["--model", "m"]
     with pytest.raises(AnsibleFilterError):
         vllm_args(dict(model="m", block_size=16), "0.32.0", "cpu")
-
