@@ -13,6 +13,8 @@ SHIPPED = ("_prom.py", "_vllm_metrics.py", "_probe.py", "_diagnosis.py", "_trend
 
 def install(tmp_path):
     """What roles/hosttools/tasks/main.yml does, into tmp_path."""
+    if (tmp_path / "kvfleet_vllm.py").exists():
+        return tmp_path / "kvfleet_vllm.py"
     lib = tmp_path / "lib" / "ansible_collections" / "kvfleet" / "vllm" / "plugins" / "module_utils"
     lib.mkdir(parents=True)
     for pkg in (lib, lib.parent, lib.parent.parent, lib.parent.parent.parent, lib.parent.parent.parent.parent):
@@ -53,3 +55,48 @@ def test_wait_healthy_returns_when_health_answers(tmp_path, idle_server):
                "--timeout", "30")
     assert proc.returncode == 0, proc.stderr
     assert "healthy after" in proc.stdout
+
+
+def fake_systemd(tmp_path):
+    """systemctl/journalctl stand-ins that record calls: the guard's failure path without a host."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.log"
+    for name, body in (("systemctl", 'case "$1" in show) printf "ActiveState=active\\nNRestarts=0\\n";; esac'),
+                       ("journalctl", 'echo "fake journal line"')):
+        script = bin_dir / name
+        script.write_text('#!/bin/sh\necho "%s $*" >> %s\n%s\n' % (name, calls, body))
+        script.chmod(0o755)
+    return bin_dir, calls
+
+
+def guard(tmp_path, mode, url):
+    bin_dir, calls = fake_systemd(tmp_path)
+    marker = tmp_path / "post-ran"
+    config = tmp_path / "restart.json"
+    config.write_text(json.dumps({
+        "mode": mode, "causes": ["admission_stall", "engine_down"], "drain_timeout": 1,
+        "health_timeout": 4, "gate_samples": 1, "gate_interval": 0,
+        "pre_commands": ["true"], "post_commands": ["touch %s" % marker],
+        "instances": [{"name": "main", "unit": "vllm-main.service", "url": url, "graceful": True},
+                      {"name": "b", "unit": "vllm-b.service", "url": url, "graceful": True}]}))
+    env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]))
+    proc = subprocess.run(["/usr/bin/python3", "-I", str(install(tmp_path)), "restart-guard",
+                           "--config", str(config)],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    return proc, calls.read_text() if calls.exists() else "", marker.exists()
+
+
+def test_guard_fails_loudly_when_the_server_does_not_come_back(tmp_path):
+    proc, calls, post_ran = guard(tmp_path, "always", "http://127.0.0.1:9")
+    assert proc.returncode == 1
+    assert "did not come back healthy" in proc.stderr and "fake journal line" in proc.stderr
+    assert "systemctl restart vllm-main.service" in calls
+    assert "vllm-b.service" not in calls.replace("show", "")  # the second instance is left alone
+    assert not post_ran  # a sick instance is not put back behind the load balancer
+
+
+def test_when_degraded_restarts_a_dead_engine(tmp_path):
+    proc, calls, _ = guard(tmp_path, "when_degraded", "http://127.0.0.1:9")
+    assert "restarting: engine_down found" in proc.stdout
+    assert "systemctl restart vllm-main.service" in calls
