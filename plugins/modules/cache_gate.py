@@ -24,6 +24,7 @@ author:
   - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
   - kvfleet.vllm.connection
+  - kvfleet.vllm.attributes.info_module
 options:
   samples:
     description: Number of snapshots to take.
@@ -62,13 +63,6 @@ options:
     elements: str
     choices: [healthy, degraded, unhealthy]
     default: [unhealthy]
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads; it runs unchanged in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
 notes:
   - A server that cannot be read is not an error of the module; it is the cause C(engine_down)
     and the verdict C(unhealthy).

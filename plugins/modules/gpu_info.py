@@ -17,6 +17,8 @@ description:
     preflight on CUDA hosts.
 author:
   - kvfleet maintainers (@kvfleet)
+extends_documentation_fragment:
+  - kvfleet.vllm.attributes.info_module
 requirements:
   - nvidia-ml-py (provides the C(pynvml) module; the PyPI package named C(pynvml) is a deprecated wrapper of it)
   - an NVIDIA driver on the managed host
@@ -27,13 +29,6 @@ options:
       - When false, return an empty RV(gpus) list and the reason in RV(nvml_error) instead.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads; it runs unchanged in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
 """
 
 EXAMPLES = r"""

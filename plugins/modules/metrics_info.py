@@ -22,13 +22,7 @@ author:
   - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
   - kvfleet.vllm.connection
-attributes:
-  check_mode:
-    support: full
-    description: The module only reads; it runs unchanged in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
+  - kvfleet.vllm.attributes.info_module
 notes:
   - Fails when C(/metrics) cannot be read (naming the URL and the cause) or does not hold vLLM
     metrics (saying what was found instead). A failing C(/health) does not fail the module; it
