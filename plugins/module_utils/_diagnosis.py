@@ -11,7 +11,7 @@ only: the gate module, the restart guard and the monitor on hosts all call this 
 
 from __future__ import annotations
 
-__all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "VERDICTS", "add_rates", "diagnose"]
+__all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "VERDICTS", "add_rates", "diagnose", "since_last_down"]
 
 CAUSE_IDS = ("engine_down", "kv_cache_exhausted", "concurrency_cap", "head_of_line_blocking",
              "admission_stall", "admission_rejections", "request_errors")
@@ -89,6 +89,21 @@ def add_rates(snapshots):
         snap["rates"] = rates
         prev = snap
     return snapshots
+
+
+def since_last_down(snapshots):
+    """The trailing run of snapshots after the last unreadable or unhealthy one.
+
+    For a monitor whose samples are minutes apart: a server that was down a few samples ago and
+    answers now was restarted; the older samples belong to another process (its counters reset)
+    and must not keep it 'engine_down'. The last snapshot is always kept.
+    """
+    kept = []
+    for snap in reversed(snapshots[:-1]):
+        if snap.get("error") or not snap.get("healthy"):
+            break
+        kept.append(snap)
+    return list(reversed(kept)) + snapshots[-1:]
 
 
 def _queued(snap):

@@ -28,7 +28,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib"))
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
-    add_rates, diagnose)
+    add_rates, diagnose, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # noqa: E402
     ProbeError, Response, snapshot, unreachable_snapshot)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._textfile import render  # noqa: E402
@@ -275,7 +275,7 @@ def sample(args):
         past = [h for h in history if h.get("instance") == inst["name"]]
         now = take(inst["url"], os.environ.get("VLLM_API_KEY"))
         add_rates(([dict(past[-1])] if past else []) + [now])
-        recent = [dict(h) for h in past[-(window - 1):]] + [now]
+        recent = since_last_down([dict(h) for h in past[-(window - 1):]] + [now])
         diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"))
         found_trends = trends(past[-int(cfg.get("trend_points", 60)):] + [now], cfg.get("trend"))
         sustained = sustained_causes(

@@ -3,7 +3,7 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
-    CAUSE_IDS, add_rates, diagnose)
+    CAUSE_IDS, add_rates, diagnose, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import parse
 from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_metrics import normalize
 from ansible_collections.kvfleet.vllm.tests.unit import fixtures
@@ -193,3 +193,14 @@ def test_real_capped_server():
 def test_real_busy_server_is_healthy():
     r = diagnose(_real("busy"), max_num_seqs=16)
     assert (r["verdict"], r["state"]) == ("healthy", "serving")
+
+
+def test_since_last_down_keeps_the_current_lifetime_only():
+    down = {"time": 60.0, "healthy": False, "error": "refused"}
+    before, after, now = ({"time": t, "healthy": True} for t in (0.0, 120.0, 180.0))
+    assert since_last_down([before, down, after, now]) == [after, now]
+    assert since_last_down([before, after, now]) == [before, after, now]
+    # down now: the current sample is kept, and the verdict is engine_down
+    assert since_last_down([before, down])[-1] is down
+    assert ids(diagnose(add_rates(since_last_down([before, down])))) == ["engine_down"]
+    assert ids(diagnose(add_rates(since_last_down([down, after, now])))) == []
