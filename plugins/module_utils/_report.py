@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = ["COLUMNS", "table_lines"]
 
 COLUMNS = (("HOST", 20), ("INSTANCE", 10), ("VERSION", 9), ("VERDICT", 10), ("CAUSES", 36),
-           ("KV%", 6), ("RUN", 5), ("WAIT", 5), ("PREEMPT/s", 9), ("BLOCK", 5))
+           ("KV%", 6), ("RUN", 5), ("WAIT", 5), ("PREEMPT/s", 9), ("BLOCK", 5), ("TRENDS", 30))
 
 
 def _cell(value, fmt="%s"):
@@ -29,5 +29,7 @@ def table_lines(rows):
             ",".join(c["id"] for c in r.get("causes") or []) or "-",
             _cell(usage * 100 if usage is not None else None, "%.1f"),
             _cell(r.get("requests_running")), _cell(r.get("requests_waiting")),
-            _cell(r.get("preemptions_per_s"), "%.2f"), _cell(r.get("block_size"))]))
+            _cell(r.get("preemptions_per_s"), "%.2f"), _cell(r.get("block_size")),
+            ",".join(list(r.get("trends") or []) + ["sustained:" + c for c in r.get("sustained") or []])
+            or "-"]))
     return out

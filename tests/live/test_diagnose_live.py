@@ -8,6 +8,7 @@ import os
 import subprocess
 
 from conftest import MIB, under_load
+from test_hosttools_live import falling_history, install
 
 
 class Rows(html.parser.HTMLParser):
@@ -36,9 +37,18 @@ class Rows(html.parser.HTMLParser):
 
 def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_server, server_factory):
     capped = server_factory(kv_bytes=8 * MIB, max_num_seqs=2)
+    # gpu-a has a monitor history (the kvfleet-vllm program as the hosttools role lays it out)
+    tool = tmp_path / "kvfleet-vllm"
+    tool.write_text('#!/bin/sh\nexec /usr/bin/python3 -I %s "$@"\n' % install(tmp_path / "tools"))
+    tool.chmod(0o755)
+    falling_history(tmp_path / "mon" / "history.jsonl")
+    (tmp_path / "monitor.json").write_text(json.dumps({
+        "history": str(tmp_path / "mon" / "history.jsonl"),
+        "instances": [{"name": "main", "url": idle_server.url}]}))
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"hosts": {
-        "gpu-a": {"vllm_server_instances": [{"name": "main", "port": idle_server.port}]},
+        "gpu-a": {"vllm_server_instances": [{"name": "main", "port": idle_server.port}],
+                  "vllm_diagnose_hosttool": str(tool), "vllm_monitor_config_dir": str(tmp_path)},
         "gpu-b": {"vllm_server_instances": [
             {"name": "main", "port": capped.port, "options": {"max_num_seqs": 2}},
             {"name": "spare", "port": 9}]},   # nothing listens there
@@ -64,6 +74,10 @@ def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_serv
     assert [c["id"] for c in rows[("gpu-b", "main")]["causes"]] == ["concurrency_cap"]
     assert [c["id"] for c in rows[("gpu-b", "spare")]["causes"]] == ["engine_down"]
     assert rows[("gpu-b", "main")]["block_size"] == 32
+    # the monitor's history on gpu-a: the guide's "usage falling while the rate holds"
+    assert rows[("gpu-a", "main")]["trends"] == ["usage_falling_rate_steady"]
+    assert rows[("gpu-a", "main")]["sustained"] == ["concurrency_cap"]
+    assert rows[("gpu-b", "main")]["trends"] == []   # no monitor there
 
     # the fleet table names the host and the cause
     table = [line for line in proc.stdout.splitlines() if "gpu-b" in line and "concurrency_cap" in line]
@@ -76,3 +90,4 @@ def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_serv
     assert "concurrency_cap" in by_text["gpu-b/main"][1] and "--max-num-seqs" in by_text["gpu-b/main"][1]
     assert by_text["gpu-b/spare"][0] == "unhealthy"
     assert by_text["gpu-a/main"][0] == "healthy"
+    assert "usage_falling_rate_steady" in by_text["gpu-a/main"][1]

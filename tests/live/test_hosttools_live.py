@@ -100,3 +100,56 @@ def test_when_degraded_restarts_a_dead_engine(tmp_path):
     proc, calls = guard(tmp_path, "when_degraded", "http://127.0.0.1:9")[:2]
     assert "restarting: engine_down found" in proc.stdout
     assert "systemctl restart vllm-main.service" in calls
+
+
+def monitor_config(tmp_path, **extra):
+    cfg = dict({"instances": [{"name": "main", "unit": "vllm-main.service",
+                               "url": "http://127.0.0.1:9", "max_num_seqs": 4}],
+                "history": str(tmp_path / "mon" / "history.jsonl"), "history_max_bytes": 4096,
+                "history_keep": 2, "textfile": str(tmp_path / "textfile" / "kvfleet_vllm.prom")},
+               **extra)
+    path = tmp_path / "monitor.json"
+    path.write_text(json.dumps(cfg))
+    return path, cfg
+
+
+def test_sample_rotates_the_history_and_keeps_it_bounded(tmp_path):
+    prog = install(tmp_path)
+    config, cfg = monitor_config(tmp_path)
+    history = tmp_path / "mon" / "history.jsonl"
+    history.parent.mkdir()
+    filler = json.dumps({"instance": "other", "time": 0, "healthy": True, "pad": "x" * 900}) + "\n"
+    for round_ in range(4):
+        history.write_text(filler * 5)            # > history_max_bytes
+        proc = run(prog, "sample", "--config", str(config))
+        assert proc.returncode == 0, proc.stderr
+        lines = history.read_text().splitlines()
+        assert len(lines) == 1 and json.loads(lines[0])["cause_ids"] == ["engine_down"]
+        rotated = sorted(p.name for p in history.parent.iterdir() if p.name != "history.jsonl")
+        assert rotated == ["history.jsonl.1", "history.jsonl.2"][:min(round_ + 1, 2)]
+    text = (tmp_path / "textfile" / "kvfleet_vllm.prom").read_text()
+    assert 'kvfleet_vllm_up{instance="main"} 0' in text
+    assert 'kvfleet_vllm_cause{cause="engine_down",instance="main"} 1' in text
+    assert "main: unhealthy" in proc.stdout
+
+
+def falling_history(path, instance="main"):
+    """20 samples a minute apart: usage 0.8 -> 0.42 while ~5 requests/s hold; capped throughout."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for i in range(20):
+            f.write(json.dumps({"instance": instance, "time": 1000.0 + 60 * i, "healthy": True,
+                                "kv_cache_usage": 0.8 - 0.02 * i, "cause_ids": ["concurrency_cap"],
+                                "rates": {"requests_finished_per_s": 5.0 + (i % 2) * 0.2}}) + "\n")
+
+
+def test_trends_subcommand_reads_the_history(tmp_path):
+    prog = install(tmp_path)
+    config, cfg = monitor_config(tmp_path)
+    falling_history(tmp_path / "mon" / "history.jsonl")
+    proc = run(prog, "trends", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)["main"]
+    assert found["trends"] == ["usage_falling_rate_steady"]
+    assert found["sustained"] == ["concurrency_cap"] and found["points"] == 20
+    assert found["trend_evidence"]["usage_falling_rate_steady"]["usage_drop_fitted"] > 0.3

@@ -12,6 +12,7 @@ and rules as the modules. Standard library only.
   kvfleet-vllm gate --url URL [--samples 3] [--interval 2] [--max-num-seqs N]   (JSON on stdout)
   kvfleet-vllm restart-guard --config /etc/kvfleet/restart.json   (scheduled restart, drain-aware)
   kvfleet-vllm sample --config /etc/kvfleet/monitor.json          (monitor: history + textfile)
+  kvfleet-vllm trends --config /etc/kvfleet/monitor.json          (trends from the history, JSON)
 """
 
 from __future__ import annotations
@@ -246,13 +247,12 @@ def _rotate(path, max_bytes, keep):
             return
     except OSError:
         return
+    # .1 -> .2 ... -> .keep; os.replace drops what was at .keep: never more than `keep` files
     for i in range(keep - 1, 0, -1):
         older = "%s.%d" % (path, i)
         if os.path.exists(older):
             os.replace(older, "%s.%d" % (path, i + 1))
     os.replace(path, path + ".1")
-    if os.path.exists("%s.%d" % (path, keep)):
-        os.remove("%s.%d" % (path, keep))
 
 
 def _atomic_write(path, text):
@@ -261,6 +261,33 @@ def _atomic_write(path, text):
         f.write(text)
     os.chmod(tmp, 0o644)
     os.replace(tmp, path)
+
+
+def history_findings(cfg, past, now=None, diagnosis=None):
+    """Trends and sustained causes over an instance's history (plus the sample just taken)."""
+    points = past + ([now] if now else [])
+    found = trends(points[-int(cfg.get("trend_points", 60)):], cfg.get("trend"))
+    recent = [{"causes": [{"id": c} for c in h.get("cause_ids", [])]} for h in past]
+    if diagnosis is not None:
+        recent.append(diagnosis)
+    sustained = sustained_causes(recent[-int(cfg.get("sustained_points", 5)):], cfg.get("trend"))
+    return found, sustained
+
+
+def trends_report(args):
+    """Print, per instance, what the monitor's history shows (read by kvfleet.vllm.diagnose)."""
+    cfg = load_config(args.config)
+    history = _read_history(cfg["history"])
+    out = {}
+    for inst in cfg["instances"]:
+        past = [h for h in history if h.get("instance") == inst["name"]]
+        found, sustained = history_findings(cfg, past)
+        out[inst["name"]] = {"points": len(past), "sustained": sustained,
+                             "trends": sorted(t for t, v in found.items() if v),
+                             "trend_evidence": dict((t, v) for t, v in found.items() if v)}
+    json.dump(out, sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
 
 
 def sample(args):
@@ -277,11 +304,7 @@ def sample(args):
         add_rates(([dict(past[-1])] if past else []) + [now])
         recent = since_last_down([dict(h) for h in past[-(window - 1):]] + [now])
         diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"))
-        found_trends = trends(past[-int(cfg.get("trend_points", 60)):] + [now], cfg.get("trend"))
-        sustained = sustained_causes(
-            [{"causes": [{"id": c} for c in h.get("cause_ids", [])]}
-             for h in past[-(int(cfg.get("sustained_points", 5)) - 1):]]
-            + [diagnosis], cfg.get("trend"))
+        found_trends, sustained = history_findings(cfg, past, now, diagnosis)
         line = dict(now, instance=inst["name"], verdict=diagnosis["verdict"],
                     state=diagnosis["state"], cause_ids=[c["id"] for c in diagnosis["causes"]],
                     trend_ids=sorted(t for t, v in found_trends.items() if v))
@@ -334,6 +357,9 @@ def main(argv=None):
     p = sub.add_parser("sample", help="one monitor round: history line and textfile")
     p.add_argument("--config", required=True)
     p.set_defaults(func=sample)
+    p = sub.add_parser("trends", help="trends and sustained causes from the monitor history (JSON)")
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=trends_report)
     args = parser.parse_args(argv)
     return args.func(args)
 
