@@ -18,7 +18,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import PromPars
 from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_metrics import (
     NotVllmMetrics, normalize)
 
-__all__ = ["ProbeError", "Response", "snapshot", "unreachable_snapshot"]
+__all__ = ["ProbeError", "Response", "sample", "sample_window", "snapshot", "unreachable_snapshot"]
 
 
 class ProbeError(Exception):
@@ -80,3 +80,25 @@ def snapshot(fetch, base_url, clock=time.time):
 def unreachable_snapshot(base_url, error, clock=time.time):
     """The snapshot recorded for a server that could not be read (for the gate's history)."""
     return {"url": base_url, "time": round(clock(), 3), "healthy": False, "error": str(error)}
+
+
+def sample(fetch, base_url, clock=time.time):
+    """A snapshot for a diagnosis window: without the per-engine and per-model views, and the
+    record of an unreadable server (engine_down) instead of an exception."""
+    try:
+        snap = snapshot(fetch, base_url, clock)
+    except ProbeError as exc:
+        return unreachable_snapshot(base_url, exc, clock)
+    snap.pop("engines", None)
+    snap.pop("models", None)
+    return snap
+
+
+def sample_window(fetch, base_url, samples, interval, sleep=time.sleep, clock=time.time):
+    """`samples` samples at a steady cadence: each one `interval` s after the previous was due."""
+    snaps, start = [], clock()
+    for i in range(samples):
+        if i:
+            sleep(max(0.0, start + i * interval - clock()))
+        snaps.append(sample(fetch, base_url, clock))
+    return snaps

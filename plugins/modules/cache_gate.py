@@ -144,16 +144,13 @@ msg:
   type: str
 """
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
     VERDICTS, add_rates, diagnose)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher)
-from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
-    ProbeError, snapshot, unreachable_snapshot)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import sample_window
 
 
 def _check(module):
@@ -210,19 +207,7 @@ def main():
     _check(module)
     p = module.params
     fetch = make_fetcher(module)
-    snaps = []
-    start = time.time()
-    for i in range(p["samples"]):
-        if i:
-            # Keep a steady cadence: the next sample is due `interval` after the previous one.
-            time.sleep(max(0.0, start + i * p["interval"] - time.time()))
-        try:
-            snap = snapshot(fetch, p["url"])
-            snap.pop("engines", None)
-            snap.pop("models", None)
-        except ProbeError as exc:
-            snap = unreachable_snapshot(p["url"], exc)
-        snaps.append(snap)
+    snaps = sample_window(fetch, p["url"], p["samples"], p["interval"])
     add_rates(snaps)
     result = diagnose(snaps, max_num_seqs=p["max_num_seqs"], thresholds=p["thresholds"])
     msg = summary(p["url"], result)

@@ -17,8 +17,7 @@ mmdebstrap --mode=root --variant=minbase \
   --include=systemd,systemd-sysv,dbus,python3,python3-venv,python3-apt,python3-packaging,cron,sudo,iproute2,curl,ca-certificates,procps,libnuma1,libgomp1 \
   --aptopt='Acquire::Retries "3"' \
   --customize-hook='mkdir -p "$1/usr/local/share/ca-certificates"' \
-  `# a machine without extra CAs has nothing to copy` \
-  --customize-hook='cp /usr/local/share/ca-certificates/*.crt "$1/usr/local/share/ca-certificates/" 2>/dev/null || true' \
+  --customize-hook='cp /usr/local/share/ca-certificates/*.crt "$1/usr/local/share/ca-certificates/" 2>/dev/null || true' `# none to copy is fine` \
   --customize-hook='chroot "$1" update-ca-certificates >/dev/null' \
   --customize-hook='chroot "$1" systemctl disable apt-daily.timer apt-daily-upgrade.timer' \
   --customize-hook='chroot "$1" systemctl mask getty@tty1.service' \

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "li
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
     add_rates, diagnose, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # noqa: E402
-    ProbeError, Response, snapshot, unreachable_snapshot)
+    Response, sample as probe_sample, sample_window)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._textfile import render  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import (  # noqa: E402
     sustained_causes, trends)
@@ -100,22 +100,12 @@ def wait_healthy(args):
 
 
 def take(url, api_key=None, timeout=10):
-    """One snapshot, or the record of a server that could not be read."""
-    try:
-        snap = snapshot(make_fetcher(url, timeout, api_key), url)
-        snap.pop("engines", None)
-        snap.pop("models", None)
-        return snap
-    except ProbeError as exc:
-        return unreachable_snapshot(url, exc)
+    """One sample, or the record of a server that could not be read."""
+    return probe_sample(make_fetcher(url, timeout, api_key), url)
 
 
 def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, timeout=10):
-    snaps, start = [], time.time()
-    for i in range(samples):
-        if i:
-            time.sleep(max(0.0, start + i * interval - time.time()))
-        snaps.append(take(url, api_key, timeout))
+    snaps = sample_window(make_fetcher(url, timeout, api_key), url, samples, interval)
     add_rates(snaps)
     result = diagnose(snaps, max_num_seqs=max_num_seqs)
     result["samples"] = snaps
