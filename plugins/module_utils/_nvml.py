@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-__all__ = ["NvmlUnavailable", "collect"]
+__all__ = ["NvmlUnavailable", "collect", "headroom"]
 
 
 class NvmlUnavailable(Exception):
@@ -88,3 +88,74 @@ def collect(nvml):
             nvml.nvmlShutdown()
         except nvml.NVMLError:
             pass
+
+
+def _gpu_indexes(visible, gpus):
+    """CUDA_VISIBLE_DEVICES ('0,1', UUIDs, or empty for all) -> NVML indexes; unknown ids raise."""
+    if visible is None or str(visible).strip() == "":
+        return [g["index"] for g in gpus]
+    by_uuid = {g["uuid"]: g["index"] for g in gpus}
+    known = {g["index"] for g in gpus}
+    out = []
+    for part in str(visible).split(","):
+        part = part.strip()
+        if part.isdigit() and int(part) in known:
+            out.append(int(part))
+        elif part in by_uuid:
+            out.append(by_uuid[part])
+        else:
+            raise ValueError("cuda_visible_devices %r names GPU %r, which is not on this host "
+                             "(GPUs: %s)" % (visible, part, ", ".join(
+                                 str(i) for i in sorted(known)) or "none"))
+    return out
+
+
+def headroom(facts, instances, own_pids=()):
+    """Problems that would stop vLLM from starting, as sentences; [] when every GPU has room.
+
+    vLLM takes gpu_memory_utilization of a GPU's *total* memory and refuses to start when less
+    is free. Memory held by this host's own vLLM units (own_pids) is counted as free, because
+    a deploy restarts them; memory held by anything else is not. Instances sharing a GPU add up.
+    instances: [{'name', 'cuda_visible_devices', 'gpu_memory_utilization'}].
+    """
+    gpus = facts.get("gpus") or []
+    own = {int(p) for p in own_pids}
+    demand = {}
+    problems = []
+    for inst in instances:
+        try:
+            indexes = _gpu_indexes(inst.get("cuda_visible_devices"), gpus)
+        except ValueError as exc:
+            problems.append("instance %s: %s." % (inst["name"], exc))
+            continue
+        share = float(inst.get("gpu_memory_utilization") or 0)
+        for index in indexes:
+            demand.setdefault(index, []).append((inst["name"], share))
+    for gpu in gpus:
+        wanted = demand.get(gpu["index"])
+        if not wanted:
+            continue
+        share = sum(s for _, s in wanted)
+        names = ", ".join("%s (%.2f)" % w for w in wanted)
+        if share > 1.0 + 1e-9:
+            problems.append("GPU %d (%s): instances %s ask for %.2f of its memory in all; the "
+                            "shares of instances on one GPU must add up to 1.0 or less."
+                            % (gpu["index"], gpu["name"], names, share))
+            continue
+        if own and not gpu["processes"] and gpu["memory_used"]:
+            # NVML lists no processes (pid namespaces, some VMs): what is used may be our own
+            # running vLLM, so free memory proves nothing; only the sum above is checked.
+            continue
+        held_by_us = sum(p["used_memory"] or 0 for p in gpu["processes"] if p["pid"] in own)
+        available = gpu["memory_free"] + held_by_us
+        needed = int(share * gpu["memory_total"])
+        if available < needed:
+            others = ["pid %d (%.1f GiB)" % (p["pid"], (p["used_memory"] or 0) / 2.0 ** 30)
+                      for p in gpu["processes"] if p["pid"] not in own]
+            problems.append(
+                "GPU %d (%s): %s need %.1f GiB (gpu_memory_utilization %.2f of %.1f GiB) but "
+                "only %.1f GiB is free%s. Stop what holds it or lower gpu_memory_utilization."
+                % (gpu["index"], gpu["name"], names, needed / 2.0 ** 30, share,
+                   gpu["memory_total"] / 2.0 ** 30, available / 2.0 ** 30,
+                   "; held by other processes: " + ", ".join(others) if others else ""))
+    return problems
