@@ -153,3 +153,32 @@ def test_trends_subcommand_reads_the_history(tmp_path):
     assert found["trends"] == ["usage_falling_rate_steady"]
     assert found["sustained"] == ["concurrency_cap"] and found["points"] == 20
     assert found["trend_evidence"]["usage_falling_rate_steady"]["usage_drop_fitted"] > 0.3
+
+
+def test_warmup_gets_a_completion_from_a_real_server(tmp_path, idle_server):
+    prog = install(tmp_path)
+    proc = run(prog, "warmup", "--url", idle_server.url, "--max-tokens", "3")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["finish_reason"] == "length" and result["completion_tokens"] == 3
+    assert result["model"]
+
+
+def test_warmup_on_a_dead_server_fails_naming_the_url(tmp_path):
+    prog = install(tmp_path)
+    proc = run(prog, "warmup", "--url", "http://127.0.0.1:9", "--timeout", "5")
+    assert proc.returncode == 1
+    result = json.loads(proc.stderr)
+    assert result["url"] == "http://127.0.0.1:9" and "Connection refused" in result["error"]
+
+
+def test_env_file_quoting_round_trips(tmp_path):
+    """The server role's template escapes \\ and \" inside double quotes; the program undoes it."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("kvfleet_vllm_prog", str(install(tmp_path)))
+    prog = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prog)
+    env = tmp_path / "main.env"
+    env.write_text('# comment\nHF_HOME="/var/lib/vllm/hf"\nVLLM_API_KEY="k\\"ey\\\\x"\nPLAIN=1\n')
+    assert prog.read_env_file(str(env)) == {"HF_HOME": "/var/lib/vllm/hf", "VLLM_API_KEY": 'k"ey\\x',
+                                            "PLAIN": "1"}

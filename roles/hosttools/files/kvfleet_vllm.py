@@ -13,6 +13,7 @@ and rules as the modules. Standard library only.
   kvfleet-vllm restart-guard --config /etc/kvfleet/restart.json   (scheduled restart, drain-aware)
   kvfleet-vllm sample --config /etc/kvfleet/monitor.json          (monitor: history + textfile)
   kvfleet-vllm trends --config /etc/kvfleet/monitor.json          (trends from the history, JSON)
+  kvfleet-vllm warmup --url URL [--env-file /etc/vllm/main.env]    (one short completion, JSON)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -119,6 +121,61 @@ def gate(args):
     json.dump(result, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return {"healthy": 0, "degraded": 1}.get(result["verdict"], 2)
+
+
+def read_env_file(path):
+    """KEY="value" lines as the server role writes them (systemd EnvironmentFile quoting)."""
+    env = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            key, value = line.split("=", 1)
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = re.sub(r'\\(.)', r'\1', value[1:-1])  # the template escapes \ and "
+            env[key.strip()] = value
+    return env
+
+
+def warmup(args):
+    """One short completion through the OpenAI API; exit 0 when the server generated tokens.
+
+    The API key comes from the instance's environment file (or VLLM_API_KEY), never from the
+    command line, where ps and Ansible's -vvv output would show it.
+    """
+    key = os.environ.get("VLLM_API_KEY")
+    if args.env_file:
+        key = read_env_file(args.env_file).get("VLLM_API_KEY", key)
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = "Bearer %s" % key
+    base = args.url.rstrip("/")
+    start = time.time()
+    result = {"url": base}
+    try:
+        req = urllib.request.Request(base + "/v1/models", headers=headers)
+        with urllib.request.urlopen(req, timeout=args.timeout) as resp:
+            result["model"] = json.load(resp)["data"][0]["id"]
+        body = json.dumps({"model": result["model"], "prompt": args.prompt,
+                           "max_tokens": args.max_tokens, "temperature": 0}).encode()
+        req = urllib.request.Request(base + "/v1/completions", data=body, headers=headers)
+        with urllib.request.urlopen(req, timeout=args.timeout) as resp:
+            answer = json.load(resp)
+        choice = answer["choices"][0]
+        result.update(finish_reason=choice.get("finish_reason"),
+                      completion_tokens=(answer.get("usage") or {}).get("completion_tokens"))
+    except urllib.error.HTTPError as exc:
+        result["error"] = "HTTP %s %s: %s" % (exc.code, exc.reason, exc.read()[:300].decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
+        result["error"] = "%s: %s" % (type(exc).__name__, exc)
+    result["seconds"] = round(time.time() - start, 3)
+    ok = "error" not in result and result.get("finish_reason") in ("length", "stop")
+    if not ok and "error" not in result:
+        result["error"] = "finish_reason %r: the completion did not finish" % result.get("finish_reason")
+    json.dump(result, sys.stdout if ok else sys.stderr, sort_keys=True)
+    (sys.stdout if ok else sys.stderr).write("\n")
+    return 0 if ok else 1
 
 
 def load_config(path):
@@ -350,6 +407,13 @@ def main(argv=None):
     p = sub.add_parser("trends", help="trends and sustained causes from the monitor history (JSON)")
     p.add_argument("--config", required=True)
     p.set_defaults(func=trends_report)
+    p = sub.add_parser("warmup", help="one short completion; fails unless tokens come back (JSON)")
+    p.add_argument("--url", required=True)
+    p.add_argument("--env-file", help="read VLLM_API_KEY from this file (the instance's 0600 env file)")
+    p.add_argument("--prompt", default="Hello")
+    p.add_argument("--max-tokens", type=int, default=4)
+    p.add_argument("--timeout", type=float, default=120)
+    p.set_defaults(func=warmup)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -18,3 +18,22 @@ def test_table_lines():
                                 "usage_falling_rate_steady,sustained:concurrency_cap"]
     assert lines[2].split() == ["gpu-02", "main", "-", "unhealthy", "engine_down",
                                 "-", "-", "-", "-", "-", "-"]
+
+
+def test_deploy_lines():
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._report import deploy_lines
+    a = {"version": "0.32.0", "config": "aaaa"}
+    b = {"version": "0.33.1", "config": "bbbb"}
+    rows = [{"host": "h1", "batch": 1, "before": a, "after": b, "outcome": "upgraded", "seconds": 61.2},
+            {"host": "h2", "batch": 2, "before": a, "after": b, "outcome": "rolled back", "seconds": 90,
+             "detail": "Wait until each instance answers /health:\n vllm-main.service failed " + "x" * 200},
+            {"host": "h3", "before": a, "outcome": None}]
+    lines = deploy_lines(rows)
+    assert lines[0].split() == ["HOST", "BATCH", "BEFORE", "AFTER", "OUTCOME", "SECONDS", "DETAIL"]
+    assert lines[1].split() == ["h1", "1", "0.32.0", "(aaaa)", "0.33.1", "(bbbb)", "upgraded", "61", "-"]
+    # a rolled-back host shows no "after": it runs what it ran before
+    assert lines[2].split()[:7] == ["h2", "2", "0.32.0", "(aaaa)", "-", "rolled", "back"]
+    assert "failed" in lines[2] and lines[2].endswith("...") and "\n" not in lines[2]
+    assert lines[3].split() == ["h3", "-", "0.32.0", "(aaaa)", "-", "untouched", "-", "-"]
+    assert lines[4] == "1 upgraded, 1 rolled back, 1 untouched"
+    assert deploy_lines([])[-1] == "no hosts"
