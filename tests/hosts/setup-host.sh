@@ -4,7 +4,8 @@
 set -euo pipefail
 . "$(dirname "$0")/env.sh"
 need=(podman runc conmon netavark aardvark-dns catatonit iptables uidmap slirp4netns
-      fuse-overlayfs mmdebstrap ca-certificates prometheus)   # prometheus: for promtool
+      fuse-overlayfs mmdebstrap ca-certificates prometheus   # prometheus: for promtool
+      chromium fonts-dejavu-core)   # headless browser: the fleet scenario renders the HTML report
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
