@@ -73,9 +73,17 @@ def unit_state(unit):
     return state
 
 
-def journal_tail(unit, lines=25):
-    return subprocess.run(["journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "cat"],
-                          capture_output=True, text=True, check=False).stdout
+def journal_tail(unit, since=None, lines=15, scan=400):
+    """The unit's error lines since `since` (epoch) first (a Python traceback ends with its least
+    useful line), then its last lines."""
+    window = ["--since", "@%d" % (since - 1)] if since else []
+    out = subprocess.run(["journalctl", "-u", unit, "-n", str(scan), "--no-pager", "-o", "cat"] + window,
+                         capture_output=True, text=True, check=False).stdout.splitlines()
+    errors = [line for line in out if re.search(r"\b\w*(Error|Exception)\b:|\bERROR\b", line)]
+    text = "\n".join(out[-lines:])
+    if errors:
+        text = "error lines:\n%s\nlast lines:\n%s" % ("\n".join(errors[-8:]), text)
+    return text
 
 
 def wait_healthy(args):
@@ -88,7 +96,7 @@ def wait_healthy(args):
         if state.get("ActiveState") == "failed" or state["NRestarts"] > restarts:
             print("%s %s (result %s, %d restart(s)) before it answered /health; its log:\n%s"
                   % (args.unit, "failed" if state.get("ActiveState") == "failed" else "restarted",
-                     state.get("Result"), state["NRestarts"] - restarts, journal_tail(args.unit)),
+                     state.get("Result"), state["NRestarts"] - restarts, journal_tail(args.unit, start)),
                   file=sys.stderr)
             return 1
         if fetch("/health").status == 200:
@@ -96,7 +104,7 @@ def wait_healthy(args):
             return 0
         if time.time() - start > args.timeout:
             print("%s did not answer /health within %ss; its log:\n%s"
-                  % (args.unit, args.timeout, journal_tail(args.unit)), file=sys.stderr)
+                  % (args.unit, args.timeout, journal_tail(args.unit, start)), file=sys.stderr)
             return 1
         time.sleep(args.delay)
 
