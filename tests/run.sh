@@ -5,14 +5,17 @@
 #   sanity  ansible-test sanity (Python 3.11, ansible-core 2.19)
 #   units   ansible-test units: parser, normaliser, diagnosis, flags, modules, fake NVML
 #   latest  sanity and units again with the newest ansible-core on Python 3.13
+#   build   galaxy tarball: contents, install into an empty path, ansible-doc and a module from
+#           it, the execution environment through ansible-builder create
+#   bench   the benchmarks in smoke mode (one repetition, smallest sizes), so they cannot rot
 #   live    modules through ansible against real vLLM CPU servers
-#   molecule  roles on Podman systemd hosts with a real vLLM CPU server
+#   molecule  roles and fleet playbooks on Podman systemd hosts with real vLLM CPU servers
 # bash tests/run.sh                 all stages
 # bash tests/run.sh units live      just these (setup always runs first)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/env.sh"
-STAGES="${*:-lint sanity units latest live molecule}"
+STAGES="${*:-lint sanity units latest build bench live molecule}"
 declare -a TIMES=()
 stage() {
   local name=$1; shift
@@ -40,6 +43,8 @@ stage_latest() {
 stage_live() {
   (cd "$KVFLEET_COLLECTION_COPY" && python -m pytest -p no:cacheprovider -v tests/live)
 }
+stage_build() { bash "$HERE/build.sh"; }
+stage_bench() { bash "$KVFLEET_ROOT/benchmarks/run.sh" --smoke --out "$(mktemp -d)"; }
 stage_molecule() { bash "$HERE/molecule.sh"; }
 
 STAGES="setup $STAGES"
@@ -48,6 +53,8 @@ stage lint stage_lint
 stage sanity stage_sanity
 stage units stage_units
 stage latest stage_latest
+stage build stage_build
+stage bench stage_bench
 stage live stage_live
 stage molecule stage_molecule
 echo

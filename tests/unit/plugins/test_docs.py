@@ -1,0 +1,33 @@
+"""Every command shown to users in the README and docs/ is run by a named test, or says it needs
+a GPU fleet: `<!-- tested: PATH ... -->` or `<!-- needs: ... -->` right after the block."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
+DOCS = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+BLOCK = re.compile(r"```console\n(.*?)```\n(<!--.*?-->)?", re.S)
+
+
+def blocks(doc):
+    with open(os.path.join(ROOT, doc), encoding="utf-8") as f:
+        return BLOCK.findall(f.read())
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_command_block_is_tested_or_marked(doc):
+    for body, marker in blocks(doc):
+        assert marker, "%s: this block has no <!-- tested: ... --> or <!-- needs: ... -->:\n%s" % (doc, body)
+        m = re.match(r"<!-- (tested|needs): (\S+)", marker)
+        assert m, "%s: marker %r" % (doc, marker)
+        if m.group(1) == "tested":
+            assert os.path.exists(os.path.join(ROOT, m.group(2))), "%s names %s, which does not exist" % (doc, m.group(2))
+
+
+def test_the_readme_shows_commands():
+    assert len(blocks("README.md")) >= 5
