@@ -272,10 +272,11 @@ def restart_under_load(shutdown_timeout, n=8, max_tokens=300):
 
 def bench_restart(reps, smoke):
     runs = {"kvfleet (--shutdown-timeout 20, KillMode=mixed)": [], "plain restart, vLLM defaults": []}
+    tokens = 100 if smoke else 300
     for rep in range(reps):
-        runs["kvfleet (--shutdown-timeout 20, KillMode=mixed)"].append(restart_under_load(20))
-        runs["plain restart, vLLM defaults"].append(restart_under_load(None))
-    return {"in_flight": 8, "max_tokens": 300, "runs": runs}
+        runs["kvfleet (--shutdown-timeout 20, KillMode=mixed)"].append(restart_under_load(20, max_tokens=tokens))
+        runs["plain restart, vLLM defaults"].append(restart_under_load(None, max_tokens=tokens))
+    return {"in_flight": 8, "max_tokens": tokens, "runs": runs}
 
 
 # ---------------------------------------------------------------- 3. rollout on the demo fleet
@@ -441,6 +442,7 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="one repetition, smallest sizes")
     ap.add_argument("--fleet", action="store_true", help="also the rollout on the demo fleet")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--fleet-reps", type=int, default=1, help="repetitions of the rollout (minutes each)")
     ap.add_argument("--only", help="comma-separated: " + ",".join(BENCHES))
     ap.add_argument("--out", default=HERE, help="where results.json and RESULTS.md go")
     args = ap.parse_args()
@@ -451,7 +453,7 @@ def main():
     for name in names:
         t0 = time.time()
         print("[bench] %s ..." % name, flush=True)
-        res[name] = BENCHES[name](reps, args.smoke)
+        res[name] = BENCHES[name](args.fleet_reps if name == "rollout" and not args.smoke else reps, args.smoke)
         res[name]["bench_seconds"] = time.time() - t0
         print("[bench] %s done in %.0f s" % (name, time.time() - t0), flush=True)
     os.makedirs(args.out, exist_ok=True)
