@@ -415,6 +415,19 @@ def markdown(res):
                 fmt(stats([x["stop_seconds"] for x in runs]), " s", digits=1),
                 fmt(stats([x["start_to_healthy_seconds"] for x in runs]), " s", digits=1)))
         lines.append("")
+    lines += ["## How to read this", "",
+              "- Ratios compare two things measured in the same run on the same machine; absolute "
+              "times drift on a shared 2-core machine.",
+              "- Detection: a watcher probes `/metrics` and `/health` every 0.5 s from the load's "
+              "start; the gate runs back to back with its defaults, so it needs at least its window "
+              "(3 samples, 2 s apart) after the state appears. `/health` only says the process "
+              "answers.",
+              "- Requests lost: the restart is done with process signals on this machine (no "
+              "systemd here), as systemd does it with the units the server role writes "
+              "(`KillMode=mixed`, `TimeoutStopSec` above `--shutdown-timeout`). The same check "
+              "through the real units runs in the fleet Molecule scenario.",
+              "- Capacity: the staggered plan is `kvfleet.vllm.restart_plan`; the guide's cron line "
+              "restarts every host at 04:00.", ""]
     return "\n".join(lines)
 
 
@@ -445,11 +458,24 @@ def main():
     ap.add_argument("--fleet-reps", type=int, default=1, help="repetitions of the rollout (minutes each)")
     ap.add_argument("--only", help="comma-separated: " + ",".join(BENCHES))
     ap.add_argument("--out", default=HERE, help="where results.json and RESULTS.md go")
+    ap.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from results.json")
     args = ap.parse_args()
+    if args.render:
+        with open(os.path.join(args.out, "results.json")) as f:
+            text = markdown(json.load(f))
+        with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
+            f.write(text + "\n")
+        return 0
     names = args.only.split(",") if args.only else ["scrape", "capacity", "gate", "restart"] + (
         ["rollout"] if args.fleet else [])
     reps = 1 if args.smoke else args.reps
-    res = {"meta": dict(meta(), smoke=args.smoke, reps=reps)}
+    res = {}
+    previous = os.path.join(args.out, "results.json")
+    if args.only and os.path.exists(previous) and not args.smoke:
+        # --only re-runs some benchmarks and keeps the others' last results
+        with open(previous) as f:
+            res = json.load(f)
+    res["meta"] = dict(meta(), smoke=args.smoke, reps=reps)
     for name in names:
         t0 = time.time()
         print("[bench] %s ..." % name, flush=True)
