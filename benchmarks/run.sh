@@ -7,6 +7,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/../tests/env.sh"
+. "$HERE/../tests/hosts/env.sh"   # the rollout benchmark reaches the demo fleet through podman
 bash "$HERE/../tests/setup.sh" tools vllm model copy >/dev/null
 export PYTHONPATH="$KVFLEET_COLLECTIONS:$KVFLEET_ROOT/tests/support"
 exec "$KVFLEET_TOOLS/bin/python" -u "$HERE/bench.py" "$@"
