@@ -41,9 +41,10 @@ def table_lines(rows):
 
 DEPLOY_COLUMNS = (("HOST", 20), ("BATCH", 5), ("BEFORE", 22), ("AFTER", 22), ("OUTCOME", 16),
                   ("SECONDS", 7), ("DETAIL", 60))
-# what a deploy did to a host; 'untouched' hosts were never reached (a batch before them failed)
-OUTCOMES = ("upgraded", "unchanged", "rolled back", "rollback failed", "failed before change",
-            "untouched")
+# what a deploy did to a host; 'checked': a --check run (the role's changed tasks say what
+# would change); 'untouched' hosts were never reached (a batch before them failed)
+OUTCOMES = ("upgraded", "unchanged", "checked", "rolled back", "rollback failed",
+            "failed before change", "untouched")
 
 
 def _version(rec):

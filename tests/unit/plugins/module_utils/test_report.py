@@ -37,3 +37,4 @@ def test_deploy_lines():
     assert lines[3].split() == ["h3", "-", "0.32.0", "(aaaa)", "-", "untouched", "-", "-"]
     assert lines[4] == "1 upgraded, 1 rolled back, 1 untouched"
     assert deploy_lines([])[-1] == "no hosts"
+    assert deploy_lines([{"host": "h", "outcome": "checked"}])[-1] == "1 checked"
