@@ -27,7 +27,7 @@ case "${1:-up}" in
     say "5/5 ansible-playbook kvfleet.vllm.diagnose"
     molecule_fleet side-effect
     say "report: $KVFLEET_DEMO_REPORT/kvfleet-vllm-diagnosis.html (and .json)"
-    say "try: podman exec kvfleet-node1 curl -s localhost:8000/metrics | grep kv_cache_usage"
+    say "try: . tests/hosts/env.sh && podman exec kvfleet-node1 kvfleet-vllm gate --url http://127.0.0.1:8000"
     say "stop it with: bash tests/demo.sh down"
     ;;
   down)
