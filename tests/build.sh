@@ -6,6 +6,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/env.sh"
+# cleanup: the HTTP server may not have been started yet, or already be gone
 work=$(mktemp -d); trap 'kill $srv 2>/dev/null || true; rm -rf "$work"' EXIT; srv=
 cd "$KVFLEET_COLLECTION_COPY"
 ansible-galaxy collection build --force --output-path "$work/dist" >/dev/null
