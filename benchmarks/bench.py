@@ -29,7 +29,7 @@ MIB = 1024 * 1024
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import add_rates, diagnose  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import Response, sample_window  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import parse  # noqa: E402
-from ansible_collections.kvfleet.vllm.plugins.module_utils._restart_plan import plan  # noqa: E402
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._restart_plan import plan  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_metrics import normalize  # noqa: E402
 
 
@@ -324,7 +324,7 @@ def restart_all(inv, env):
         for node in nodes:
             if node not in back:
                 rc = subprocess.run(["podman", "exec", node, "python3", "-c",
-                                     "import urllib.request;urllib.request.urlopen('http://127.0.0.1:8000/health',timeout=2)"],
+                                     "import urllib.request;urllib.request.urlopen('http://127.0.0.2:8000/health',timeout=2)"],
                                     capture_output=True, check=False).returncode
                 if rc == 0:
                     back[node] = time.time() - t0

@@ -35,7 +35,7 @@ _value:
   elements: str
 """
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._report import deploy_lines
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import deploy_lines
 
 
 class FilterModule(object):

@@ -33,7 +33,7 @@ _value:
   elements: str
 """
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._report import table_lines
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import table_lines
 
 
 class FilterModule(object):

@@ -52,7 +52,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._restart_plan import PlanError, plan
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._restart_plan import PlanError, plan
 
 
 def restart_plan(hosts, max_concurrent, window_start="04:00", window_minutes=120, slot_minutes=10):

@@ -72,7 +72,7 @@ _value:
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_flags import (
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import (
     VllmArgsError, render)
 
 display = Display()

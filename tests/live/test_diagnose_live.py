@@ -6,6 +6,7 @@ import html.parser
 import json
 import os
 import subprocess
+import time
 
 from conftest import MIB, under_load
 from test_hosttools_live import falling_history, install
@@ -35,25 +36,62 @@ class Rows(html.parser.HTMLParser):
             self._text.append(data.strip())
 
 
+# The deploy inventory's settings, as every playbook reads them (kvfleet.vllm.vllm_instances).
+SERVER_VARS = {"vllm_server_device": "cpu", "vllm_server_model": "/models/tiny-llama",
+               "vllm_server_block_size": 32, "vllm_server_kv_cache_memory_bytes": 8 * MIB}
+
+RECORDS = """
+- name: Write the deployment record the server role would write
+  hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: The one instance model
+      ansible.builtin.include_role:
+        name: kvfleet.vllm.server
+        tasks_from: instances
+    - name: The record's instances
+      ansible.builtin.copy:
+        dest: "{{ record_path }}"
+        content: "{{ {'current': {'instances': _server_instances | map(attribute='record') | list}} | to_json }}"
+        mode: "0644"
+"""
+
+
+def write_record(tmp_path, path, host_vars):
+    """The record the server role writes for these inventory variables (same filter, same map)."""
+    playbook = tmp_path / "record.yml"
+    playbook.write_text(RECORDS)
+    extra = dict(SERVER_VARS, record_path=str(path), **host_vars)
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(playbook),
+                           "-e", json.dumps(extra)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return json.loads(path.read_text())["current"]["instances"]
+
+
 def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_server, server_factory):
-    capped = server_factory(kv_bytes=8 * MIB, max_num_seqs=2)
+    # gpu-b's server listens on 127.0.0.2 only: 127.0.0.1 does not reach it (a bind other than
+    # the probe's default), and its cap comes from the instance's options.
+    capped = server_factory(kv_bytes=8 * MIB, max_num_seqs=2, host="127.0.0.2")
+    gpu_b = {"vllm_server_host": "127.0.0.2", "vllm_server_instances": [
+        {"name": "main", "port": capped.port, "options": {"max_num_seqs": 2}},
+        {"name": "spare", "port": 9}]}   # nothing listens there
     # gpu-a has a monitor history (the kvfleet-vllm program as the hosttools role lays it out)
     tool = tmp_path / "kvfleet-vllm"
     tool.write_text('#!/bin/sh\nexec /usr/bin/python3 -I %s "$@"\n' % install(tmp_path / "tools"))
     tool.chmod(0o755)
     falling_history(tmp_path / "mon" / "history.jsonl")
+    write_record(tmp_path, tmp_path / "gpu-a.fact", {"vllm_server_instances": [
+        {"name": "main", "port": idle_server.port}]})
     (tmp_path / "monitor.json").write_text(json.dumps({
-        "history": str(tmp_path / "mon" / "history.jsonl"),
-        "instances": [{"name": "main", "url": idle_server.url}]}))
+        "history": str(tmp_path / "mon" / "history.jsonl"), "record": str(tmp_path / "gpu-a.fact")}))
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"hosts": {
         "gpu-a": {"vllm_server_instances": [{"name": "main", "port": idle_server.port}],
-                  "vllm_diagnose_hosttool": str(tool), "vllm_monitor_config_dir": str(tmp_path)},
-        "gpu-b": {"vllm_server_instances": [
-            {"name": "main", "port": capped.port, "options": {"max_num_seqs": 2}},
-            {"name": "spare", "port": 9}]},   # nothing listens there
-    }, "vars": {"ansible_connection": "local", "ansible_python_interpreter": os.environ.get(
-        "KVFLEET_TOOLS", "") + "/bin/python", "vllm_server_device": "cpu"}}}))
+                  "vllm_diagnose_hosttool": str(tool), "kvfleet_hosttools_config_dir": str(tmp_path)},
+        "gpu-b": gpu_b,
+    }, "vars": dict(SERVER_VARS, ansible_connection="local", ansible_python_interpreter=os.environ.get(
+        "KVFLEET_TOOLS", "") + "/bin/python")}}))
     report = tmp_path / "report"
     load = under_load(capped, 200, 40, 20, 900)
     try:
@@ -61,8 +99,25 @@ def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_serv
             ["ansible-playbook", "-i", str(inventory), "kvfleet.vllm.diagnose",
              "-e", "vllm_diagnose_report_dir=%s" % report],
             capture_output=True, text=True, timeout=600, check=False)
+        # The monitor's sampler on gpu-b reads the same record: the bound address and the cap.
+        records = write_record(tmp_path, tmp_path / "gpu-b.fact", gpu_b)
+        assert [(r["url"], r["max_num_seqs"]) for r in records] == [
+            ("http://127.0.0.2:%d" % capped.port, 2), ("http://127.0.0.2:9", 2)]
+        mon = tmp_path / "mon-b"
+        (tmp_path / "monitor-b.json").write_text(json.dumps({
+            "history": str(mon / "history.jsonl"), "record": str(tmp_path / "gpu-b.fact"),
+            "textfile": str(mon / "kvfleet_vllm.prom")}))
+        for _ in range(3):
+            sampled = subprocess.run([str(tool), "sample", "--config", str(tmp_path / "monitor-b.json")],
+                                     capture_output=True, text=True, timeout=120, check=False)
+            assert sampled.returncode == 0, sampled.stderr
+            time.sleep(2)
     finally:
         load.cancel()
+    last = [json.loads(line) for line in (mon / "history.jsonl").read_text().splitlines()
+            if json.loads(line)["instance"] == "main"][-1]
+    assert last.get("error") is None and last["requests_running"] == 2, last
+    assert last["cause_ids"] == ["concurrency_cap"], last
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "Report: %s/kvfleet-vllm-diagnosis.html" % report in proc.stdout
 

@@ -57,6 +57,13 @@ def test_wait_healthy_returns_when_health_answers(tmp_path, idle_server):
     assert "healthy after" in proc.stdout
 
 
+def record(tmp_path, instances):
+    """A deployment record as the server role writes it (instances from vllm_instances)."""
+    path = tmp_path / "kvfleet_vllm_server.fact"
+    path.write_text(json.dumps({"current": {"version": "0.32.0", "instances": instances}}))
+    return str(path)
+
+
 def fake_systemd(tmp_path):
     """systemctl/journalctl stand-ins that record calls: the guard's failure path without a host."""
     bin_dir = tmp_path / "bin"
@@ -78,8 +85,9 @@ def guard(tmp_path, mode, url):
         "mode": mode, "causes": ["admission_stall", "engine_down"], "drain_timeout": 1,
         "health_timeout": 4, "gate_samples": 1, "gate_interval": 0,
         "pre_commands": ["true"], "post_commands": ["touch %s" % marker],
-        "instances": [{"name": "main", "unit": "vllm-main.service", "url": url, "graceful": True},
-                      {"name": "b", "unit": "vllm-b.service", "url": url, "graceful": True}]}))
+        "record": record(tmp_path, [
+            {"name": "main", "unit": "vllm-main.service", "url": url, "drain_seconds": 20},
+            {"name": "b", "unit": "vllm-b.service", "url": url, "drain_seconds": 20}])}))
     env = dict(os.environ, PATH="%s:%s" % (bin_dir, os.environ["PATH"]))
     proc = subprocess.run(["/usr/bin/python3", "-I", str(install(tmp_path)), "restart-guard",
                            "--config", str(config)],
@@ -103,8 +111,8 @@ def test_when_degraded_restarts_a_dead_engine(tmp_path):
 
 
 def monitor_config(tmp_path, **extra):
-    cfg = dict({"instances": [{"name": "main", "unit": "vllm-main.service",
-                               "url": "http://127.0.0.1:9", "max_num_seqs": 4}],
+    cfg = dict({"record": record(tmp_path, [{"name": "main", "unit": "vllm-main.service",
+                                             "url": "http://127.0.0.1:9", "max_num_seqs": 4}]),
                 "history": str(tmp_path / "mon" / "history.jsonl"), "history_max_bytes": 4096,
                 "history_keep": 2, "textfile": str(tmp_path / "textfile" / "kvfleet_vllm.prom")},
                **extra)

@@ -24,7 +24,7 @@ PLAYBOOK = """
   tasks:
     - name: Dump
       ansible.builtin.debug:
-        msg: "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, '_vllm_restart_plan'))) | to_json }}"
+        msg: "{{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars, '_scheduled_restart_plan'))) | to_json }}"
       run_once: true
 """
 
@@ -38,8 +38,7 @@ def run_plan(tmp_path, n, max_concurrent):
     playbook.write_text(PLAYBOOK)
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_FORKS="20")
-    extra = {"vllm_restart_max_concurrent": max_concurrent,
-             "vllm_restart_instances": [{"name": "main", "port": 8000}]}
+    extra = {"vllm_restart_max_concurrent": max_concurrent}
     proc = subprocess.run(
         ["ansible-playbook", "-i", str(inventory), str(playbook), "-e", json.dumps(extra)],
         env=env, capture_output=True, text=True, timeout=600, check=False)

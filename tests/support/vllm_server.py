@@ -42,14 +42,15 @@ class VllmServer(object):
     """A vLLM OpenAI server process; `with VllmServer(...) as srv:` waits until healthy."""
 
     def __init__(self, kv_bytes=8 * 1024 * 1024, max_num_seqs=16, max_model_len=1024,
-                 block_size=32, extra=(), port=None, start_timeout=240):
+                 block_size=32, extra=(), port=None, start_timeout=240, host="127.0.0.1"):
         self.port = port or free_port()
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.host = host   # any of 127.0.0.0/8: a bind that 127.0.0.1 does not reach
+        self.url = "http://%s:%d" % (host, self.port)
         self.workdir = tempfile.mkdtemp(prefix="kvfleet-vllm-")
         self.log_path = os.path.join(self.workdir, "server.log")
         self.argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server",
                      "--model", MODEL, "--served-model-name", MODEL_NAME,
-                     "--host", "127.0.0.1", "--port", str(self.port),
+                     "--host", host, "--port", str(self.port),
                      "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
                      "--block-size", str(block_size), "--enable-prefix-caching",
                      "--kv-cache-memory-bytes", str(kv_bytes), "--enforce-eager"] + list(extra)

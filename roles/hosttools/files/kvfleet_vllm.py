@@ -13,6 +13,8 @@ and rules as the modules. Standard library only.
   kvfleet-vllm restart-guard --config /etc/kvfleet/restart.json   (scheduled restart, drain-aware)
   kvfleet-vllm sample --config /etc/kvfleet/monitor.json          (monitor: history + textfile)
   kvfleet-vllm trends --config /etc/kvfleet/monitor.json          (trends from the history, JSON)
+The restart guard, the monitor and trends read the instances from the deployment record that the
+configuration names (the server role writes it; one model of an instance, no copies).
   kvfleet-vllm warmup --url URL [--env-file /etc/vllm/main.env]    (one short completion, JSON)
 """
 
@@ -191,6 +193,29 @@ def load_config(path):
         return json.load(f)
 
 
+def load_instances(cfg):
+    """The host's instances as the server role's deployment record lists them (its one model of
+    an instance: unit, probe URL, cap, drain time), read at each run so that a deploy that adds
+    an instance or changes a flag needs no re-run of the monitor or restart roles."""
+    path = cfg.get("record")
+    if not path:
+        raise SystemExit("the configuration names no deployment record ('record')")
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise SystemExit("cannot read the deployment record %s (%s): apply kvfleet.vllm.server "
+                         "first" % (path, exc))
+    out = []
+    for inst in (record.get("current") or {}).get("instances") or []:
+        name = inst["name"]
+        out.append(dict(inst, unit=inst.get("unit") or "vllm-%s.service" % name,  # records before 0.3.0
+                        graceful=(inst.get("drain_seconds") or 0) > 0))
+    if not out:
+        raise SystemExit("the deployment record %s lists no instances" % path)
+    return out
+
+
 def _hooks(commands, inst, what):
     """Run operator commands (load balancer drain/undrain); the first failure stops."""
     env = dict(os.environ, KVFLEET_INSTANCE=inst["name"], KVFLEET_UNIT=inst["unit"],
@@ -266,7 +291,7 @@ def restart_guard(args):
     """Restart the host's instances one after the other; exit 1 if any failed."""
     cfg = load_config(args.config)
     outcomes = {}
-    for inst in cfg["instances"]:
+    for inst in load_instances(cfg):
         outcomes[inst["unit"]] = restart_one(cfg, inst)
         if outcomes[inst["unit"]] == "failed":
             break  # never take a second instance down after one failed to come back
@@ -334,7 +359,7 @@ def trends_report(args):
     cfg = load_config(args.config)
     history = _read_history(cfg["history"])
     out = {}
-    for inst in cfg["instances"]:
+    for inst in load_instances(cfg):
         past = [h for h in history if h.get("instance") == inst["name"]]
         found, sustained = history_findings(cfg, past)
         out[inst["name"]] = {"points": len(past), "sustained": sustained,
@@ -353,7 +378,7 @@ def sample(args):
     history = _read_history(history_path)
     window = max(2, int(cfg.get("window", 3)))
     results, new_lines = [], []
-    for inst in cfg["instances"]:
+    for inst in load_instances(cfg):
         past = [h for h in history if h.get("instance") == inst["name"]]
         now = take(inst["url"], os.environ.get("VLLM_API_KEY"))
         add_rates(([dict(past[-1])] if past else []) + [now])

@@ -5,7 +5,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvfleet.vllm.plugins.filter.vllm_args import FilterModule, vllm_args
-from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_flags import (
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import (
     VllmArgsError, parse_version, render)
 
 GUIDE = dict(model="meta-llama/Meta-Llama-3.1-8B-Instruct", gpu_memory_utilization=0.92,

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._report import table_lines
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import table_lines
 
 
 def test_table_lines():
@@ -21,7 +21,7 @@ def test_table_lines():
 
 
 def test_deploy_lines():
-    from ansible_collections.kvfleet.vllm.plugins.module_utils._report import deploy_lines
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import deploy_lines
     a = {"version": "0.32.0", "config": "aaaa"}
     b = {"version": "0.33.1", "config": "bbbb"}
     rows = [{"host": "h1", "batch": 1, "before": a, "after": b, "outcome": "upgraded", "seconds": 61.2},

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._restart_plan import (
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._restart_plan import (
     PlanError, max_per_slot, plan)
 
 

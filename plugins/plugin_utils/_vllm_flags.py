@@ -168,6 +168,23 @@ _OPTION_MAP = dict(OPTIONS)
 _SECRET_KEYS = ("api_key", "hf_token")
 
 
+_SECRET_FLAGS = ("--api-key", "--hf-token")
+
+
+def _secret_flag(arg):
+    """The secret flag an argument sets, as vLLM's parser reads it: underscores for dashes
+    (FlexibleArgumentParser) and unique abbreviations (argparse's allow_abbrev is on), e.g.
+    --api_key=..., --api-k ...; None for any other argument."""
+    if not arg.startswith("--"):
+        return None
+    name = arg.split("=", 1)[0].replace("_", "-")
+    for flag in _SECRET_FLAGS:
+        # "--api" alone is ambiguous in vLLM (--api-server-count); "--api-k" is not
+        if name == flag or (len(name) > len(flag.split("-")[2]) + 3 and flag.startswith(name)):
+            return flag
+    return None
+
+
 def render(config, version, device="cuda", var_prefix="", context=""):
     """Options dict -> (argv list, warnings list). Raises VllmArgsError on bad input.
 
@@ -225,8 +242,11 @@ def render(config, version, device="cuda", var_prefix="", context=""):
     if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
         fail("extra_args", "must be a list of strings, each one command-line argument")
     for arg in extra:
-        if arg.split("=", 1)[0] in ("--api-key", "--hf-token"):
-            fail("extra_args", "%s must not be on the command line; use the role's secret "
-                 "variables, which go to the 0600 environment file" % arg.split("=", 1)[0])
+        secret = _secret_flag(arg)
+        if secret:
+            fail("extra_args", "%s (%s) must not be on the command line, where ps, the unit file "
+                 "and logs show it; use the role's secret variables (%sapi_key, %shf_token), "
+                 "which go to the 0600 environment file" % (arg.split("=", 1)[0], secret,
+                                                            var_prefix, var_prefix))
     argv.extend(extra)
     return argv, warnings

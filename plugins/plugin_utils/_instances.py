@@ -1,0 +1,183 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The one model of a vLLM instance: every fact derived from the server role's variables.
+
+The unit template, the preflight, the deployment record (which the host program, the monitor,
+the restart guard, diagnose, deploy and rolling_restart read) all take an instance's unit,
+address, probe URL, argv, cap and drain time from here, so they cannot disagree.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import (
+    VllmArgsError, render)
+
+__all__ = ["InstanceError", "build", "flag_value", "probe_host"]
+
+# Addresses a server bound to is reachable from this host only (with all of 127.0.0.0/8).
+LOOPBACK = ("localhost", "::1")
+# Binding these (or giving no --host, vLLM's default) listens on every interface.
+ANY = ("", "0.0.0.0", "::")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# CUDA_VISIBLE_DEVICES: indices, GPU-/MIG- UUIDs, comma separated
+_CUDA_DEVICES = re.compile(r"^([0-9]+|(GPU|MIG)-[A-Za-z0-9/-]+)(,([0-9]+|(GPU|MIG)-[A-Za-z0-9/-]+))*$")
+# Settings whose empty value means "not set" (the role's defaults use "" for unset)
+_UNSET = ("", None)
+
+
+class InstanceError(ValueError):
+    """Bad instance settings; the message names the variable, the instance and what is allowed."""
+
+
+def flag_value(argv, flag):
+    """The value the last occurrence of a long flag gets in argv, as vLLM's parser reads it
+    (``--flag value``, ``--flag=value``, underscores for dashes); None when absent."""
+    found = None
+    want = flag.lstrip("-").replace("_", "-")
+    for i, arg in enumerate(argv):
+        if not arg.startswith("--"):
+            continue
+        key, eq, value = arg[2:].partition("=")
+        if key.replace("_", "-") != want:
+            continue
+        if eq:
+            found = value
+        elif i + 1 < len(argv):
+            found = argv[i + 1]
+    return found
+
+
+def probe_host(bind):
+    """The address this host uses to reach a server bound to `bind`, as a URL host part."""
+    if bind in ANY or bind is None:
+        return "127.0.0.1"
+    if ":" in bind and not bind.startswith("["):
+        return "[%s]" % bind  # an IPv6 literal
+    return bind
+
+
+def _int_or_none(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _no_newline(where, value):
+    if "\n" in str(value) or "\r" in str(value):
+        raise InstanceError("%s: must not contain a line break (it would add a line to the "
+                            "systemd unit or environment file); got %r" % (where, value))
+
+
+def build(instances, settings):
+    """Role variables -> (list of instance dicts, warnings).
+
+    `settings` holds the role's shared values: version, device, options (the role's flag
+    variables, vllm_server_options already merged over them), extra_args, port (default),
+    environment, config_dir, api_key_set, allow_unauthenticated, var_prefix.
+    """
+    prefix = settings.get("var_prefix", "vllm_server_")
+    if not isinstance(instances, list) or not instances:
+        raise InstanceError("%sinstances must be a non-empty list of {name, port, ...}" % prefix)
+    out, warnings, seen_names, seen_ports = [], [], set(), set()
+    for index, inst in enumerate(instances):
+        if not isinstance(inst, dict):
+            raise InstanceError("%sinstances[%d] must be a dictionary, got %r" % (prefix, index, inst))
+        name = inst.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise InstanceError(
+                "%sinstances[%d].name must be 1-32 lower-case letters, digits, '-' or '_' "
+                "starting with a letter or digit; got %r" % (prefix, index, name))
+        if name in seen_names:
+            raise InstanceError("%sinstances: the name %r is used twice" % (prefix, name))
+        seen_names.add(name)
+        where = "%sinstances[%s]" % (prefix, name)
+        unknown = set(inst) - {"name", "port", "options", "extra_args", "environment",
+                               "cuda_visible_devices"}
+        if unknown:
+            raise InstanceError("%s: unknown key(s) %s; allowed: name, port, options, extra_args, "
+                                "environment, cuda_visible_devices" % (where, ", ".join(sorted(unknown))))
+        inst_options = inst.get("options") or {}
+        inst_extra = inst.get("extra_args") or []
+        if not isinstance(inst_options, dict):
+            raise InstanceError("%s.options must be a dictionary of vLLM options" % where)
+        if not isinstance(inst_extra, list):
+            raise InstanceError("%s.extra_args must be a list of arguments" % where)
+
+        options = {}
+        for source in (settings.get("options") or {}, inst_options):
+            options.update(source)
+        port = _int_or_none(inst.get("port", settings.get("port", 8000)))
+        if port is None or not 0 < port < 65536:
+            raise InstanceError("%s.port must be an integer from 1 to 65535, got %r"
+                                % (where, inst.get("port", settings.get("port"))))
+        options["port"] = port
+        options["extra_args"] = list(settings.get("extra_args") or []) + list(inst_extra)
+        options = dict((k, v) for k, v in options.items() if v not in _UNSET)
+        try:
+            argv, warns = render(options, settings["version"], settings.get("device", "cuda"),
+                                 var_prefix=prefix, context="instance " + name)
+        except VllmArgsError as exc:
+            raise InstanceError(str(exc))
+        warnings.extend(warns)
+        for arg in argv:
+            _no_newline("%s (vLLM arguments)" % where, arg)
+
+        # What vLLM really runs with: the last --flag wins, extra_args included.
+        port = _int_or_none(flag_value(argv, "--port"))
+        if port is None or not 0 < port < 65536:
+            raise InstanceError("%s: --port in extra_args must be an integer from 1 to 65535" % where)
+        if port in seen_ports:
+            raise InstanceError("%s: port %d is used by another instance" % (where, port))
+        seen_ports.add(port)
+        bind = flag_value(argv, "--host")
+        bind = "" if bind is None else bind
+        public = not (bind in LOOPBACK or bind.startswith("127."))
+        if public and not settings.get("api_key_set") and not settings.get("allow_unauthenticated"):
+            raise InstanceError(
+                "%s listens on %s (reachable from other machines) and %sapi_key is empty: "
+                "anyone could use the server. Set %sapi_key, or %sallow_unauthenticated: true "
+                "if a proxy in front of it authenticates."
+                % (where, repr(bind) if bind else "every interface (no --host)", prefix, prefix, prefix))
+        seqs = _int_or_none(flag_value(argv, "--max-num-seqs"))
+        drain = _int_or_none(flag_value(argv, "--shutdown-timeout")) or 0
+
+        environment = dict(settings.get("environment") or {})
+        environment.update(inst.get("environment") or {})
+        for key, value in environment.items():
+            if not isinstance(key, str) or not _ENV_NAME.match(key):
+                raise InstanceError("%s.environment: %r is not a valid variable name "
+                                    "(letters, digits and '_', not starting with a digit)" % (where, key))
+            _no_newline("%s.environment.%s" % (where, key), value)
+        cuda = str(inst.get("cuda_visible_devices", "") or "")
+        if cuda and not _CUDA_DEVICES.match(cuda):
+            raise InstanceError("%s.cuda_visible_devices must be GPU indices or UUIDs separated "
+                                "by commas, such as 0 or 0,1; got %r" % (where, cuda))
+        gmu = options.get("gpu_memory_utilization")
+        url = "http://%s:%d" % (probe_host(bind), port)
+        unit = "vllm-%s.service" % name
+        env_file = "%s/%s.env" % (settings.get("config_dir", "/etc/vllm"), name)
+        out.append({
+            "name": name,
+            "unit": unit,
+            "port": port,
+            "bind": bind,
+            "public": public,
+            "url": url,
+            "argv": argv,
+            "max_num_seqs": seqs,
+            "drain_seconds": drain,
+            "gpu_memory_utilization": float(gmu) if gmu not in _UNSET else None,
+            "cuda_visible_devices": cuda,
+            "environment": environment,
+            "env_file": env_file,
+            # what the host program, the monitor, the restart guard and the playbooks read back
+            "record": {"name": name, "unit": unit, "url": url, "port": port, "bind": bind,
+                       "max_num_seqs": seqs, "drain_seconds": drain, "env_file": env_file},
+        })
+    return out, warnings
