@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Trends over a monitor history (one snapshot per interval, oldest first). Stdlib only.
 
-- usage_falling_rate_steady: the seed guide's "accumulating degradation" signal, KV cache usage
+- usage_falling_rate_steady: the fragmentation guide's (docs/kv-cache.md) "accumulating degradation" signal, KV cache usage
   falling steadily while the request rate holds. PagedAttention does not fragment, so when it
   shows, look for a leak or a changing workload rather than scheduling a restart.
 - sustained causes: a cause present in most of the recent diagnoses.

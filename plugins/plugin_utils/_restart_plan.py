@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Spread a fleet's scheduled restarts over a window so that few hosts restart at once.
 
-The seed guide's `0 4 * * * systemctl restart vllm.service` on every host takes the whole fleet
+The fragmentation guide's (docs/kv-cache.md) `0 4 * * * systemctl restart vllm.service` on every host takes the whole fleet
 down at 04:00. Here hosts get slots, in inventory order, with at most `max_concurrent` per slot.
 Pure and deterministic: the same inventory gives the same plan on every run and every controller.
 """
