@@ -69,9 +69,10 @@ def _int_or_none(value):
 
 
 def _no_newline(where, value):
+    # the value is not echoed: environment values may be secrets
     if "\n" in str(value) or "\r" in str(value):
         raise InstanceError("%s: must not contain a line break (it would add a line to the "
-                            "systemd unit or environment file); got %r" % (where, value))
+                            "systemd unit or environment file)" % where)
 
 
 def build(instances, settings):

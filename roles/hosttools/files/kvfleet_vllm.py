@@ -220,14 +220,16 @@ def _hooks(commands, inst, what):
     """Run operator commands (load balancer drain/undrain); the first failure stops."""
     env = dict(os.environ, KVFLEET_INSTANCE=inst["name"], KVFLEET_UNIT=inst["unit"],
                KVFLEET_URL=inst["url"])
-    for cmd in commands:
+    # Commands are logged by their number, never their text: they may hold credentials.
+    for number, cmd in enumerate(commands, 1):
         proc = subprocess.run(cmd, shell=True, env=env, capture_output=True, text=True,
                               check=False, timeout=600)
         if proc.returncode:
-            log(ERR, "%s: %s command failed (exit %d): %s\n%s" % (
-                inst["unit"], what, proc.returncode, cmd, (proc.stderr or proc.stdout)[-2000:]))
+            log(ERR, "%s: %s command %d of %d failed (exit %d); its last output:\n%s" % (
+                inst["unit"], what, number, len(commands), proc.returncode,
+                (proc.stderr or proc.stdout)[-2000:]))
             return False
-        log(INFO, "%s: %s command done: %s" % (inst["unit"], what, cmd))
+        log(INFO, "%s: %s command %d of %d done" % (inst["unit"], what, number, len(commands)))
     return True
 
 
