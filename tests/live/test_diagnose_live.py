@@ -6,6 +6,7 @@ import html.parser
 import json
 import os
 import subprocess
+import sys
 import time
 
 from conftest import MIB, under_load
@@ -61,7 +62,8 @@ def write_record(tmp_path, path, host_vars):
     """The record the server role writes for these inventory variables (same filter, same map)."""
     playbook = tmp_path / "record.yml"
     playbook.write_text(RECORDS)
-    extra = dict(SERVER_VARS, record_path=str(path), **host_vars)
+    extra = dict(SERVER_VARS, record_path=str(path), ansible_python_interpreter=sys.executable,
+                 **host_vars)
     proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(playbook),
                            "-e", json.dumps(extra)],
                           capture_output=True, text=True, timeout=300, check=False)
@@ -102,7 +104,7 @@ def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_serv
         # The monitor's sampler on gpu-b reads the same record: the bound address and the cap.
         records = write_record(tmp_path, tmp_path / "gpu-b.fact", gpu_b)
         assert [(r["url"], r["max_num_seqs"]) for r in records] == [
-            ("http://127.0.0.2:%d" % capped.port, 2), ("http://127.0.0.2:9", 2)]
+            ("http://127.0.0.2:%d" % capped.port, 2), ("http://127.0.0.2:9", 128)]
         mon = tmp_path / "mon-b"
         (tmp_path / "monitor-b.json").write_text(json.dumps({
             "history": str(mon / "history.jsonl"), "record": str(tmp_path / "gpu-b.fact"),
