@@ -110,7 +110,7 @@ def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_serv
             "history": str(mon / "history.jsonl"), "record": str(tmp_path / "gpu-b.fact"),
             "textfile": str(mon / "kvfleet_vllm.prom")}))
         for _round in range(3):
-            sampled = subprocess.run([str(tool), "sample", "--config", str(tmp_path / "monitor-b.json")],
+            sampled = subprocess.run([str(tool), "monitor", "--config", str(tmp_path / "monitor-b.json")],
                                      capture_output=True, text=True, timeout=120, check=False)
             assert sampled.returncode == 0, sampled.stderr
             time.sleep(2)

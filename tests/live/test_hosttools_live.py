@@ -129,7 +129,7 @@ def test_sample_rotates_the_history_and_keeps_it_bounded(tmp_path):
     filler = json.dumps({"instance": "other", "time": 0, "healthy": True, "pad": "x" * 900}) + "\n"
     for round_ in range(4):
         history.write_text(filler * 5)            # > history_max_bytes
-        proc = run(prog, "sample", "--config", str(config))
+        proc = run(prog, "monitor", "--config", str(config))
         assert proc.returncode == 0, proc.stderr
         lines = history.read_text().splitlines()
         assert len(lines) == 1 and json.loads(lines[0])["cause_ids"] == ["engine_down"]

@@ -11,7 +11,7 @@ and rules as the modules. Standard library only.
   kvfleet-vllm wait-healthy --unit vllm-main.service --url http://127.0.0.1:8000 [--timeout 900]
   kvfleet-vllm gate --url URL [--samples 3] [--interval 2] [--max-num-seqs N]   (JSON on stdout)
   kvfleet-vllm restart-guard --config /etc/kvfleet/restart.json   (scheduled restart, drain-aware)
-  kvfleet-vllm sample --config /etc/kvfleet/monitor.json          (monitor: history + textfile)
+  kvfleet-vllm monitor --config /etc/kvfleet/monitor.json         (one monitor round: history + textfile)
   kvfleet-vllm trends --config /etc/kvfleet/monitor.json          (trends from the history, JSON)
 The restart guard, the monitor and trends read the instances from the deployment record that the
 configuration names (the server role writes it; one model of an instance, no copies).
@@ -436,7 +436,7 @@ def main(argv=None):
     p = sub.add_parser("restart-guard", help="drain-aware restart of this host's instances")
     p.add_argument("--config", required=True)
     p.set_defaults(func=restart_guard)
-    p = sub.add_parser("sample", help="one monitor round: history line and textfile")
+    p = sub.add_parser("monitor", help="one monitor round: history line and textfile")
     p.add_argument("--config", required=True)
     p.set_defaults(func=sample)
     p = sub.add_parser("trends", help="trends and sustained causes from the monitor history (JSON)")
