@@ -137,8 +137,8 @@ def test_cuda_devices_and_gpu_share():
     instances = [{"name": "g0", "port": 8000, "cuda_visible_devices": "0,1",
                   "options": {"gpu_memory_utilization": 0.5}},
                  {"name": "g1", "port": 8001, "cuda_visible_devices": "GPU-8d3c2f1e-aaaa"}]
-    out, _warnings = build(instances, settings(device="cuda", options={"block_size": 16,
-                                                                     "kv_cache_memory_bytes": None}))
+    cuda = settings(device="cuda", options={"block_size": 16, "kv_cache_memory_bytes": None})
+    out, _warnings = build(instances, cuda)
     assert [(i["cuda_visible_devices"], i["gpu_memory_utilization"]) for i in out] == [
         ("0,1", 0.5), ("GPU-8d3c2f1e-aaaa", 0.92)]
 
