@@ -15,9 +15,13 @@ description:
     wrong with its KV cache or scheduler, in plain words, with the numbers that show it.
   - Fails the task when the verdict is in O(fail_on), so a rolling play stops at that host.
   - "Causes it reports: C(engine_down), C(kv_cache_exhausted), C(concurrency_cap),
-    C(head_of_line_blocking), C(admission_stall), C(admission_rejections), C(request_errors).
-    When the cache has room but requests queue, it names the scheduler limit that does it;
-    PagedAttention has no external fragmentation, so no cause is called that."
+    C(head_of_line_blocking), C(admission_stall), C(admission_rejections), C(request_errors),
+    C(invalid_metrics). When the cache has room but requests queue, it names the scheduler limit
+    that does it; PagedAttention has no external fragmentation, so no cause is called that."
+  - C(invalid_metrics) (a warning) means that C(/metrics) held values that cannot be true (NaN or
+    infinite values, negative counts, usage outside 0..1, block counts or sizes that are not
+    positive whole numbers, duplicated series). They are ignored, listed in each sample's
+    C(invalid), and the verdict is never C(healthy) while they are there.
   - A cause of severity C(critical) makes the verdict C(unhealthy); a C(warning) makes it
     C(degraded).
 author:
@@ -116,7 +120,9 @@ causes:
   elements: dict
   contains:
     id:
-      description: One of the cause ids listed in the description.
+      description:
+        - One of the cause ids listed in the description.
+        - C(invalid_metrics) has the refused values in its evidence (C(fields), C(invalid)).
       type: str
       sample: concurrency_cap
     severity:
@@ -130,7 +136,8 @@ causes:
       type: str
 samples:
   description: The normalised snapshots (as M(kvfleet.vllm.metrics_info) returns them, without
-    the per-engine and per-model views), each with C(rates) per second against the one before.
+    the per-engine and per-model views, with their C(invalid) lists), each with C(rates) per
+    second against the one before.
   returned: always
   type: list
   elements: dict
