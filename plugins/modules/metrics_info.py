@@ -182,7 +182,7 @@ metrics:
       description: The same fields per C(model_name).
       type: dict
     url:
-      description: The server's base URL.
+      description: The server's base URL, without C(user:password@).
       type: str
     time:
       description: Unix time of the scrape.
@@ -192,7 +192,7 @@ metrics:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
-    CONNECTION_ARGS, check_connection_params, make_fetcher)
+    CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import ProbeError, snapshot
 
 
@@ -200,9 +200,9 @@ def main():
     module = AnsibleModule(argument_spec=dict(CONNECTION_ARGS), supports_check_mode=True)
     check_connection_params(module)
     try:
-        view = snapshot(make_fetcher(module), module.params["url"])
+        view = snapshot(make_fetcher(module), shown_url(module))
     except ProbeError as exc:
-        module.fail_json(msg=str(exc), url=module.params["url"])
+        module.fail_json(msg=str(exc), url=shown_url(module))
     module.exit_json(changed=False, metrics=view)
 
 
