@@ -91,8 +91,11 @@ def test_unasked_gzip_is_refused_not_inflated(run_module):
     assert elapsed < 3
 
 
+def url_of(srv):
+    return srv.url.replace("http://", "http://operator:pa55word-zz@")
+
+
 def test_credentials_in_the_url_are_used_but_never_shown(run_module):
-    url_of = lambda srv: srv.url.replace("http://", "http://operator:pa55word-zz@")  # noqa: E731
     with ls.LocalServer(ls.vllm()) as srv:
         failed, result = run_module(metrics_info, {"url": url_of(srv)})
         failed_gate, gate = run_module(cache_gate, {"url": url_of(srv), "samples": 1})
