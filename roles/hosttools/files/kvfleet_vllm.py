@@ -528,9 +528,11 @@ def _base_url(text):
     return text
 
 
-# wait-healthy's and warm-up's whole wait (a model load can take many minutes)
-_LONG_WAIT = (0, False, 86400, "a positive number of seconds")
-_DELAY = (0, False, 3600, "a positive number of seconds")
+# wait-healthy's whole wait (a model load can take many minutes; 0: one probe), warm-up's
+# requests, the pause between health probes (0: probe again at once)
+_WAIT = (0, True, 86400, "0 or more seconds")
+_LONG_TIMEOUT = (0, False, 86400, "a positive number of seconds")
+_DELAY = (0, True, 3600, "0 or more seconds")
 _MAX_TOKENS = (1, True, 100000, "1 or more")
 
 
@@ -540,7 +542,7 @@ def main(argv=None):
     p = sub.add_parser("wait-healthy", help="wait until a vLLM unit answers /health")
     p.add_argument("--unit", required=True)
     p.add_argument("--url", required=True, type=_base_url)
-    p.add_argument("--timeout", type=_number("--timeout", _LONG_WAIT), default=900)
+    p.add_argument("--timeout", type=_number("--timeout", _WAIT), default=900)
     p.add_argument("--delay", type=_number("--delay", _DELAY), default=2)
     p.add_argument("--probe-timeout", type=_number("--probe-timeout", LIMITS["timeout"]), default=3)
     p.set_defaults(func=wait_healthy)
@@ -565,7 +567,7 @@ def main(argv=None):
     p.add_argument("--env-file", help="read VLLM_API_KEY from this file (the instance's 0600 env file)")
     p.add_argument("--prompt", default="Hello")
     p.add_argument("--max-tokens", type=_number("--max-tokens", _MAX_TOKENS, int), default=4)
-    p.add_argument("--timeout", type=_number("--timeout", _LONG_WAIT), default=120)
+    p.add_argument("--timeout", type=_number("--timeout", _LONG_TIMEOUT), default=120)
     p.set_defaults(func=warmup)
     args = parser.parse_args(argv)
     if args.command == "gate":

@@ -214,7 +214,7 @@ def test_restart_guard_records_a_failing_instance_as_failed(tmp_path, monkeypatc
      "--probe-timeout must be a positive number of seconds, at most 600, got nan"),
     (["gate", "--url", "http://127.0.0.1:9/?x=1", "--samples", "1"], "--url must be the server's base URL"),
     (["wait-healthy", "--unit", "vllm-none.service", "--url", "http://127.0.0.1:9", "--delay", "inf"],
-     "--delay must be a positive number of seconds"),
+     "--delay must be 0 or more seconds, at most 3600, got inf"),
     (["warmup", "--url", "http://127.0.0.1:9", "--timeout", "-1"],
      "--timeout must be a positive number of seconds"),
 ], ids=["interval-inf", "interval-1e6", "samples-0", "window-too-long", "probe-timeout-nan",
