@@ -346,13 +346,13 @@ def restart_guard(args):
     cfg = load_config(args.config)
     outcomes = {}
     for inst in cfg["instances"]:
+        unit = str(inst.get("unit", "?")) if isinstance(inst, dict) else "?"
         try:
-            outcomes[inst["unit"]] = restart_one(cfg, inst)
+            outcomes[unit] = restart_one(cfg, inst)
         except Exception as exc:  # reported as this instance's failure, never a traceback
-            log(ERR, "%s: restart guard failed: %s" % (
-                inst.get("unit"), scrub("%s: %s" % (type(exc).__name__, exc))))
-            outcomes[inst["unit"]] = "failed"
-        if outcomes[inst["unit"]] == "failed":
+            log(ERR, "%s: restart guard failed: %s" % (unit, scrub("%s: %s" % (type(exc).__name__, exc))))
+            outcomes[unit] = "failed"
+        if outcomes[unit] == "failed":
             break  # never take a second instance down after one failed to come back
     log(INFO, "restart guard: %s" % ", ".join("%s %s" % kv for kv in sorted(outcomes.items())))
     return 1 if "failed" in outcomes.values() else 0
