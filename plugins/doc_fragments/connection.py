@@ -14,6 +14,11 @@ options:
       - Base URL of the vLLM OpenAI-compatible server, without a path, for example
         C(http://127.0.0.1:8000).
       - The module reads C(/metrics), C(/health) and C(/version) under it.
+      - C(http://) or C(https://) with a host; a query (C(?...)) or a fragment (C(#...)) is refused.
+      - C(user:password@) in it is used for basic authentication and never shown in results or
+        messages.
+      - Redirects are never followed (a C(3xx) answer is reported as such), so that the API key
+        and credentials reach this server only.
     type: str
     required: true
   api_key:
@@ -23,10 +28,17 @@ options:
     type: str
   timeout:
     description:
-      - Seconds to wait for each HTTP request. vLLM binds its socket before the model is loaded,
-        so during start-up requests hang rather than fail; keep this short.
+      - Seconds each HTTP request may take in all (connecting, headers and body together), more
+        than 0 and at most 600. vLLM binds its socket before the model is loaded, so during
+        start-up requests hang rather than fail; keep this short.
     type: float
     default: 10
+  max_body_bytes:
+    description:
+      - Largest answer body read, in bytes (1024 to 1073741824). A larger one is refused with an
+        error that says so. A vLLM C(/metrics) is some tens of KiB per engine and model.
+    type: int
+    default: 16777216
   validate_certs:
     description:
       - Verify the server's TLS certificate for C(https://) URLs.

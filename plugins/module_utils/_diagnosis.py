@@ -14,7 +14,7 @@ from __future__ import annotations
 __all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "VERDICTS", "add_rates", "diagnose", "since_last_down"]
 
 CAUSE_IDS = ("engine_down", "kv_cache_exhausted", "concurrency_cap", "head_of_line_blocking",
-             "admission_stall", "admission_rejections", "request_errors")
+             "admission_stall", "admission_rejections", "request_errors", "invalid_metrics")
 VERDICTS = ("healthy", "degraded", "unhealthy")
 DEFAULT_THRESHOLDS = {
     # usage at or above this counts as "near full"; below it the cache has room.
@@ -62,6 +62,11 @@ _ADVICE = {
     "request_errors": (
         "Requests finished with error or abort. Read the server log; aborts also come from "
         "clients that disconnect and from stops without --shutdown-timeout."),
+    "invalid_metrics": (
+        "The server's /metrics holds values that cannot be true (NaN or infinite values, negative "
+        "counts, usage outside 0..1, bad block counts, duplicated series); the diagnosis ignored "
+        "them, so it cannot call this server healthy. Check what answers on this address (a proxy, "
+        "another exporter, a patched vLLM) and compare with a plain vLLM of the same version."),
 }
 
 
@@ -228,9 +233,31 @@ def diagnose(snapshots, max_num_seqs=None, thresholds=None):
             {"errors_in_window": errors, "finished_in_window": finished, "error_ratio": ratio,
              "error_ratio_unhealthy": th["error_ratio_unhealthy"]}))
 
+    invalid = _invalid_metrics(snapshots)
+    if invalid:
+        causes.append(invalid)
+
     idle = (all(not s.get("requests_running") and not _queued(s) for s in snapshots)
             and not gen)
     return _result(causes, "idle" if idle else "serving", snapshots, window)
+
+
+def _invalid_metrics(snapshots):
+    """Values the normaliser refused (its 'invalid' list): the other rules read them as absent,
+    which must never add up to 'healthy'."""
+    bad = [s for s in snapshots if s.get("invalid")]
+    if not bad:
+        return None
+    seen, listed = set(), []
+    for snap in bad:
+        for entry in snap["invalid"]:
+            key = (entry.get("field"), entry.get("reason"))
+            if key not in seen:
+                seen.add(key)
+                listed.append(entry)
+    return _cause("invalid_metrics", "warning", {
+        "samples_with_invalid": len(bad), "samples": len(snapshots),
+        "fields": sorted(set(str(e.get("field")) for e in listed)), "invalid": listed[:20]})
 
 
 def _result(causes, state, snapshots, window=None):

@@ -2,18 +2,26 @@
 # Copyright (c) kvfleet.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""HTTP for modules through ansible.module_utils.urls, as a fetcher for _probe.snapshot."""
+"""HTTP for modules through ansible.module_utils.urls, as a fetcher for _probe.snapshot.
+
+What a server can do to the request is bounded here (rules in _probe's docstring): no redirect is
+followed, one deadline covers the whole request, the body is capped at max_body_bytes.
+"""
 
 from __future__ import annotations
 
 import socket
+import time
 
 from urllib.error import HTTPError, URLError
+from urllib.parse import urlsplit
 
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import Response
+from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
+    MAX_BODY_BYTES, DeadlineExceeded, FetchError, Response, check_encoding, check_range,
+    check_url, read_body, redact_url, redirect_refused, scrub, with_deadline)
 
 # Options shared by every module that talks to a vLLM server (documented in the
 # kvfleet.vllm.connection doc fragment).
@@ -23,17 +31,36 @@ CONNECTION_ARGS = dict(
     timeout=dict(type="float", default=10.0),
     validate_certs=dict(type="bool", default=True),
     ca_path=dict(type="path"),
+    max_body_bytes=dict(type="int", default=MAX_BODY_BYTES),
 )
 
 
 def check_connection_params(module):
     """Fail, naming the option, before any request is sent."""
     url = module.params["url"]
-    if not url.startswith(("http://", "https://")):
-        module.fail_json(msg="url must start with http:// or https://, got %r" % url)
-    if module.params["timeout"] <= 0:
-        module.fail_json(msg="timeout must be a positive number of seconds, got %s"
-                         % module.params["timeout"])
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    if password:
+        # Ansible echoes the module's arguments (invocation): mask the password there too.
+        module.no_log_values.add(password)
+    error = (check_url(url) or check_range("timeout", module.params["timeout"])
+             or check_range("max_body_bytes", module.params["max_body_bytes"]))
+    if error:
+        module.fail_json(msg=error)
+
+
+def shown_url(module):
+    """The url option as results and messages may show it: without user:password@."""
+    return redact_url(module.params["url"])
+
+
+def _close(exc):
+    try:
+        exc.close()
+    except Exception:  # nothing left to read
+        pass
 
 
 def make_fetcher(module):
@@ -42,20 +69,36 @@ def make_fetcher(module):
     if params.get("api_key"):
         headers["Authorization"] = "Bearer %s" % params["api_key"]
     base = params["url"].rstrip("/")
+    timeout, limit = params["timeout"], params["max_body_bytes"]
 
     def fetch(path):
-        try:
-            resp = open_url(base + path, headers=headers, timeout=params["timeout"],
+        deadline = time.monotonic() + timeout
+
+        def work():
+            resp = open_url(base + path, headers=headers, timeout=timeout,
                             validate_certs=params["validate_certs"], ca_path=params.get("ca_path"),
-                            follow_redirects="safe", http_agent="kvfleet.vllm")
-            return Response(resp.getcode(), resp.read())
+                            follow_redirects="none", decompress=False, http_agent="kvfleet.vllm")
+            try:
+                check_encoding(resp)
+                return Response(resp.getcode(), read_body(resp, limit, deadline))
+            finally:
+                resp.close()
+
+        try:
+            return with_deadline(work, timeout)
         except HTTPError as exc:
-            return Response(exc.code, b"", to_native(exc.reason))
+            _close(exc)
+            if 300 <= exc.code < 400:
+                return Response(exc.code, b"", redirect_refused((exc.headers or {}).get("Location")))
+            return Response(exc.code, b"", scrub(to_native(exc.reason)))
         except URLError as exc:
-            return Response(None, b"", to_native(exc.reason))
-        except (socket.timeout, TimeoutError):
-            return Response(None, b"", "timed out after %ss" % params["timeout"])
-        except Exception as exc:  # connection reset, bad status line: report, never crash
-            return Response(None, b"", "%s: %s" % (type(exc).__name__, to_native(exc)))
+            return Response(None, b"", scrub(to_native(exc.reason)))
+        except (socket.timeout, TimeoutError, DeadlineExceeded):
+            return Response(None, b"", "timed out after %ss (one deadline for the whole request)"
+                            % timeout)
+        except FetchError as exc:
+            return Response(None, b"", str(exc))
+        except Exception as exc:  # reset, bad status line: report, never crash
+            return Response(None, b"", scrub("%s: %s" % (type(exc).__name__, to_native(exc))))
 
     return fetch

@@ -8,13 +8,18 @@ vLLM renamed its metrics (``gpu_cache_usage_perc`` -> ``kv_cache_usage_perc`` in
 names gone in 0.12), exposes counters with ``_total``/``_created``, and labels engine series with
 ``model_name`` and ``engine``. Everything here maps those onto fixed field names; a value the
 server does not expose stays ``None``, never 0. Standard library only (runs on managed hosts).
+
+Values that cannot be true are never used: NaN or infinite values, negative counts or counters,
+usage outside 0..1, block counts or sizes that are not positive whole numbers, and series that
+appear more than once (every copy is discarded: there is no telling which one is right). Such a
+field is ``None`` in the view, and the ``invalid`` list says which field, which series and why.
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["FIELDS", "NotVllmMetrics", "normalize", "is_v0"]
+__all__ = ["FIELDS", "MAX_COUNT", "NotVllmMetrics", "normalize", "is_v0"]
 
 # Fields of a normalised view, in the order the docs list them.
 FIELDS = (
@@ -44,6 +49,29 @@ _SIMPLE = {
     "generation_tokens": "generation_tokens_total",
 }
 _ERROR_REASONS = frozenset(("error", "abort"))
+# Counts and counters above this are not counts (and lose integer precision as floats).
+MAX_COUNT = 2 ** 53
+# Gauges read as a share 0..1 (the V0 hit-rate gauge also writes -1 for "prefix caching off").
+_RATIOS = ("kv_cache_usage_perc", "gpu_cache_usage_perc", "gpu_prefix_cache_hit_rate")
+# canonical name -> the field(s) of the view that it feeds
+_FEEDS = {
+    "kv_cache_usage_perc": ("kv_cache_usage",),
+    "gpu_cache_usage_perc": ("kv_cache_usage",),
+    "admission_rejections": ("admission_rejections_total",),
+    "request_success": ("requests_finished_total", "request_errors_total"),
+    "prefix_cache_queries": ("prefix_cache_queries_total", "prefix_cache_hit_rate"),
+    "gpu_prefix_cache_queries": ("prefix_cache_queries_total", "prefix_cache_hit_rate"),
+    "prefix_cache_hits": ("prefix_cache_hits_total", "prefix_cache_hit_rate"),
+    "gpu_prefix_cache_hits": ("prefix_cache_hits_total", "prefix_cache_hit_rate"),
+    "gpu_prefix_cache_hit_rate": ("prefix_cache_hit_rate",),
+}
+_FEEDS.update((canon, (field,)) for canon, field in (
+    ("num_requests_running", "requests_running"), ("num_requests_waiting", "requests_waiting"),
+    ("num_requests_swapped", "requests_swapped"), ("num_preemptions", "preemptions_total"),
+    ("prompt_tokens", "prompt_tokens_total"), ("generation_tokens", "generation_tokens_total")))
+# The fields the diagnosis reads; a body that gives none of them says nothing about the server.
+_CORE = ("kv_cache_usage", "num_gpu_blocks", "requests_running", "requests_waiting")
+_EXCERPT = 160
 _HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 
 
@@ -65,14 +93,68 @@ def _num(value):
     return int(value) if float(value).is_integer() else value
 
 
-def _label_int(labels, key):
+def _block_label(labels, key):
+    """(value, reason): a positive whole number, or None with why (reason None: not given).
+
+    V0 writes "None" for unset values: that is "not given", not invalid.
+    """
     raw = labels.get(key)
-    if raw is None:
-        return None
+    if raw is None or raw.strip() in ("", "None"):
+        return None, None
     try:
-        return int(float(raw))
-    except ValueError:  # V0 writes "None" for unset values
+        value = float(raw)
+    except ValueError:
+        return None, "not a number"
+    if math.isnan(value) or math.isinf(value):
+        return None, "not a finite number"
+    if value != int(value):
+        return None, "not a whole number"
+    if value < 1:
+        return None, "not positive"
+    if value > MAX_COUNT:
+        return None, "larger than %d" % MAX_COUNT
+    return int(value), None
+
+
+def _check_value(canon, value):
+    """Why a value read for `canon` cannot be true, or None when it can."""
+    if math.isnan(value) or math.isinf(value):
+        return "not a finite number"
+    if canon in _RATIOS:
+        if canon == "gpu_prefix_cache_hit_rate" and value == -1:
+            return None
+        if not 0 <= value <= 1:
+            return "outside 0..1"
         return None
+    if value < 0:
+        return "negative"
+    if value > MAX_COUNT:
+        return "larger than %d" % MAX_COUNT
+    return None
+
+
+def _series_text(name, labels):
+    text = "%s{%s}" % (name, ",".join('%s="%s"' % (k, labels[k]) for k in sorted(labels)))
+    return text if len(text) <= _EXCERPT else text[:_EXCERPT] + "..."
+
+
+class _Invalid(object):
+    """What was refused, one entry per (field, reason) with a count and the first example."""
+
+    def __init__(self):
+        self.entries = {}
+
+    def add(self, field, reason, series, value):
+        key = (field, reason)
+        if key in self.entries:
+            self.entries[key]["count"] += 1
+            return
+        value = value if isinstance(value, str) else repr(float(value))
+        self.entries[key] = {"field": field, "reason": reason, "series": series,
+                             "value": value[:_EXCERPT], "count": 1}
+
+    def as_list(self):
+        return list(self.entries.values())
 
 
 def _canonical(name):
@@ -95,8 +177,13 @@ def _add(group, field, value):
 
 
 def _extract(group_series, cache_config):
-    """Raw values of one (model, engine) group: {field: value} plus private keys."""
+    """Raw values of one (model, engine) group: {field: value} plus private keys.
+
+    Every value here is valid (see normalize); '_invalid' (fields with a refused value) is
+    carried from the caller's config.
+    """
     g = dict(cache_config)
+    g["_invalid"] = set(cache_config.get("_invalid", ()))
     usage_new = usage_old = None
     hit_rate_gauge = []
     for canon, labels, value in group_series:
@@ -147,9 +234,23 @@ def _extract(group_series, cache_config):
     return g
 
 
+def _check_group(g, invalid, where):
+    """Cross-field checks of one group: more prefix cache hits than queries cannot be."""
+    hits, queries = g.get("prefix_cache_hits_total"), g.get("prefix_cache_queries_total")
+    if hits is not None and queries is not None and hits > queries:
+        invalid.add("prefix_cache_hits_total", "more hits than queries", where, hits)
+        g["_invalid"].update(("prefix_cache_hits_total", "prefix_cache_hit_rate"))
+
+
 def _aggregate(groups):
     """One normalised view over raw groups: sums, and the block-weighted mean of usage."""
     out = dict((f, None) for f in FIELDS)
+    # A field with a refused value in any group is unknown for the whole: a partial sum or mean
+    # would look like a real reading.
+    bad = set()
+    for g in groups:
+        bad.update(g.get("_invalid", ()))
+    groups = [dict((k, v) for k, v in g.items() if k not in bad) for g in groups]
     for field in _SUMMED:
         vals = [g[field] for g in groups if g.get(field) is not None]
         out[field] = _num(sum(vals)) if vals else None
@@ -158,7 +259,7 @@ def _aggregate(groups):
     # Blocks belong to an engine, not to a model name: count each engine once.
     blocks = dict((g["_engine"], g["num_gpu_blocks"]) for g in groups
                   if g.get("num_gpu_blocks") is not None)
-    out["num_gpu_blocks"] = sum(blocks.values()) if blocks else None
+    out["num_gpu_blocks"] = sum(blocks.values()) if blocks and "num_gpu_blocks" not in bad else None
     sizes = [g["block_size"] for g in groups if g.get("block_size") is not None]
     out["block_size"] = max(set(sizes), key=sizes.count) if sizes else None
 
@@ -175,12 +276,17 @@ def _aggregate(groups):
                 round(g["kv_cache_usage"] * max(g["num_gpu_blocks"] - 1, 0)) for g in with_usage))
 
     queries, hits = out["prefix_cache_queries_total"], out["prefix_cache_hits_total"]
-    if queries:
+    if "prefix_cache_hit_rate" in bad:
+        pass
+    elif queries:
         out["prefix_cache_hit_rate"] = round(float(hits or 0) / queries, 6)
     else:
         gauges = [g["_hit_rate_gauge"] for g in groups if "_hit_rate_gauge" in g]
         if gauges:
             out["prefix_cache_hit_rate"] = round(sum(gauges) / len(gauges), 6)
+    for field in bad:
+        if field in out:
+            out[field] = None
     return out
 
 
@@ -192,8 +298,92 @@ def is_v0(vllm_series):
     return True
 
 
+def _is_rank(engine):
+    """vLLM's engine label is the data-parallel rank: ASCII digits ('²'.isdigit() is true too)."""
+    return engine.isascii() and engine.isdigit()
+
+
+def _fields_of(canon, labels):
+    """The fields of the view that a series feeds."""
+    if canon == "cache_config_info":
+        return ("num_gpu_blocks", "block_size")
+    if canon == "num_requests_waiting_by_reason":
+        return {"capacity": ("waiting_capacity",),
+                "deferred": ("waiting_deferred",)}.get(labels.get("reason"), ())
+    if canon == "request_success" and labels.get("finished_reason") not in _ERROR_REASONS:
+        return ("requests_finished_total",)
+    return _FEEDS.get(canon, ())
+
+
+def _valid_series(series, invalid):
+    """Drop every copy of a duplicated series and every value that cannot be true.
+
+    Returns [(canon, labels, value, invalid_fields)]: a refused value is kept as None with the
+    fields it feeds, so that those fields read None for its group (not a partial sum).
+    """
+    copies = {}
+    for canon, name, labels, value in series:
+        key = (canon, tuple(sorted(labels.items())))
+        copies[key] = copies.get(key, 0) + 1
+    out = []
+    for canon, name, labels, value in series:
+        fields = _fields_of(canon, labels)
+        key = (canon, tuple(sorted(labels.items())))
+        if copies[key] > 1:
+            for field in fields:
+                invalid.add(field, "duplicate series (%d copies, all discarded)" % copies[key],
+                            _series_text(name, labels), value)
+            out.append((canon, labels, None, fields))
+            continue
+        if canon == "cache_config_info":
+            out.append((canon, labels, value, ()))
+            continue
+        reason = _check_value(canon, value) if fields else None
+        if reason:
+            for field in fields:
+                invalid.add(field, reason, _series_text(name, labels), value)
+            out.append((canon, labels, None, fields))
+            continue
+        out.append((canon, labels, value, ()))
+    return out
+
+
+def _cache_configs(series, invalid):
+    """engine -> {'_model', 'num_gpu_blocks', 'block_size', '_invalid'} from cache_config_info.
+
+    Two different configurations for one engine cannot both be true: both are refused.
+    """
+    configs = {}
+    for canon, labels, value, bad_fields in series:
+        if canon != "cache_config_info":
+            continue
+        engine = labels.get("engine")
+        cfg = {"_model": labels.get("model_name"), "_invalid": set(bad_fields)}
+        where = _series_text("vllm:cache_config_info", labels)
+        if not bad_fields:
+            for field in ("num_gpu_blocks", "block_size"):
+                parsed, reason = _block_label(labels, field)
+                if reason:
+                    invalid.add(field, "label %s: %s" % (field, reason), where, labels[field])
+                    cfg["_invalid"].add(field)
+                elif parsed is not None:
+                    cfg[field] = parsed
+        if engine in configs:
+            old = configs[engine]
+            for field in ("num_gpu_blocks", "block_size"):
+                if old.get(field) != cfg.get(field):
+                    invalid.add(field, "conflicting cache_config_info series for one engine",
+                                where, labels.get(field, ""))
+                    old["_invalid"].add(field)
+                    old.pop(field, None)
+            old["_invalid"].update(cfg["_invalid"])
+            continue
+        configs[engine] = cfg
+    return configs
+
+
 def normalize(samples):
-    """Samples from _prom.parse -> normalised dict (FIELDS + schema, engines, models)."""
+    """Samples from _prom.parse -> normalised dict (FIELDS + schema, invalid, engines, models)."""
     series = []
     families = set()
     for s in samples:
@@ -202,39 +392,52 @@ def normalize(samples):
             continue
         canon = _canonical(s.name)
         if canon is not None:
-            series.append((canon, s.labels, s.value))
+            series.append((canon, s.name, s.labels, s.value))
     if not series:
         names = sorted(families)
         raise NotVllmMetrics(
             "no vllm: metrics in %d series of %d families (e.g. %s): not a vLLM server, or one "
             "started with --disable-log-stats" % (len(samples), len(names), ", ".join(names[:5])))
 
+    invalid = _Invalid()
+    for name, labels in set((n, tuple(sorted(l.items()))) for _c, n, l, _v in series):
+        engine = dict(labels).get("engine")
+        if engine is not None and not _is_rank(engine):
+            invalid.add("engine", "engine label is not a data-parallel rank (ASCII digits)",
+                        _series_text(name, dict(labels)), engine)
+    series = _valid_series(series, invalid)
+
     # cache_config_info describes an engine's block pool; it carries 'engine' (V1) but not
     # always 'model_name', so it is joined to the other series by engine.
-    configs = {}
+    configs = _cache_configs(series, invalid)
     by_group = {}
-    for canon, labels, value in series:
+    for canon, labels, value, bad_fields in series:
         if canon == "cache_config_info":
-            cfg = configs.setdefault(labels.get("engine"), {"_model": labels.get("model_name")})
-            for field in ("num_gpu_blocks", "block_size"):
-                parsed = _label_int(labels, field)
-                if parsed is not None:
-                    cfg[field] = parsed
             continue
         key = (labels.get("model_name", ""), labels.get("engine"))
-        by_group.setdefault(key, []).append((canon, labels, value))
+        by_group.setdefault(key, []).append((canon, labels, value, bad_fields))
     for engine, cfg in configs.items():
         # A fresh V0 server exposes only cache_config_info until its first request.
         if not any(k[1] == engine for k in by_group):
             by_group[(cfg["_model"] or "", engine)] = []
     groups = {}
     for key, items in by_group.items():
-        cfg = dict((k, v) for k, v in configs.get(key[1], {}).items() if not k.startswith("_"))
-        groups[key] = _extract(items, cfg)
+        cfg = dict((k, v) for k, v in configs.get(key[1], {}).items()
+                   if not k.startswith("_") or k == "_invalid")
+        refused = set(cfg.get("_invalid", ()))
+        for _canon, _labels, _value, bad_fields in items:
+            refused.update(bad_fields)
+        cfg["_invalid"] = refused
+        groups[key] = _extract([(c, l, v) for c, l, v, bad in items if v is not None], cfg)
         groups[key]["_engine"] = key[1]
+        _check_group(groups[key], invalid, "model %r engine %r" % (key[0][:40], key[1]))
 
     view = _aggregate(list(groups.values()))
-    view["schema"] = "v0" if is_v0(series) else "v1"
+    view["schema"] = "v0" if is_v0([(c, l, v) for c, l, v, _b in series]) else "v1"
+    if not invalid.entries and all(view[f] is None for f in _CORE):
+        invalid.add("metrics", "none of %s is exposed" % ", ".join(_CORE),
+                    "%d vllm: series" % len(series), "")
+    view["invalid"] = invalid.as_list()
 
     engine_ids = sorted(set(k[1] for k in groups if k[1] is not None), key=_engine_sort_key)
     if engine_ids:
@@ -250,4 +453,4 @@ def normalize(samples):
 
 
 def _engine_sort_key(engine):
-    return (0, int(engine), "") if engine.isdigit() else (1, 0, engine)
+    return (0, int(engine), "") if _is_rank(engine) else (1, 0, engine)

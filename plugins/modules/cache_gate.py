@@ -15,9 +15,13 @@ description:
     wrong with its KV cache or scheduler, in plain words, with the numbers that show it.
   - Fails the task when the verdict is in O(fail_on), so a rolling play stops at that host.
   - "Causes it reports: C(engine_down), C(kv_cache_exhausted), C(concurrency_cap),
-    C(head_of_line_blocking), C(admission_stall), C(admission_rejections), C(request_errors).
-    When the cache has room but requests queue, it names the scheduler limit that does it;
-    PagedAttention has no external fragmentation, so no cause is called that."
+    C(head_of_line_blocking), C(admission_stall), C(admission_rejections), C(request_errors),
+    C(invalid_metrics). When the cache has room but requests queue, it names the scheduler limit
+    that does it; PagedAttention has no external fragmentation, so no cause is called that."
+  - C(invalid_metrics) (a warning) means that C(/metrics) held values that cannot be true (NaN or
+    infinite values, negative counts, usage outside 0..1, block counts or sizes that are not
+    positive whole numbers, duplicated series). They are ignored, listed in each sample's
+    C(invalid), and the verdict is never C(healthy) while they are there.
   - A cause of severity C(critical) makes the verdict C(unhealthy); a C(warning) makes it
     C(degraded).
 author:
@@ -27,11 +31,14 @@ extends_documentation_fragment:
   - kvfleet.vllm.attributes.info_module
 options:
   samples:
-    description: Number of snapshots to take.
+    description:
+      - Number of snapshots to take, 1 to 1000.
     type: int
     default: 3
   interval:
-    description: Seconds between snapshots.
+    description:
+      - Seconds between snapshots, 0 to 3600.
+      - The window, (O(samples) - 1) x O(interval), may be at most 3600 seconds.
     type: float
     default: 2
   max_num_seqs:
@@ -50,7 +57,7 @@ options:
         type: float
         default: 0.9
       stall_seconds:
-        description: Shortest window without any token that counts as an admission stall.
+        description: Shortest window without any token that counts as an admission stall, 0 to 3600.
         type: float
         default: 3
       error_ratio_unhealthy:
@@ -66,7 +73,8 @@ options:
 notes:
   - A server that cannot be read is not an error of the module; it is the cause C(engine_down)
     and the verdict C(unhealthy).
-  - The wall time is about O(samples) x O(interval) seconds plus three HTTP requests per sample.
+  - The wall time is about O(samples) x O(interval) seconds plus three HTTP requests per sample,
+    each of which ends within O(timeout).
 seealso:
   - module: kvfleet.vllm.metrics_info
 """
@@ -116,7 +124,9 @@ causes:
   elements: dict
   contains:
     id:
-      description: One of the cause ids listed in the description.
+      description:
+        - One of the cause ids listed in the description.
+        - C(invalid_metrics) has the refused values in its evidence (C(fields), C(invalid)).
       type: str
       sample: concurrency_cap
     severity:
@@ -130,7 +140,8 @@ causes:
       type: str
 samples:
   description: The normalised snapshots (as M(kvfleet.vllm.metrics_info) returns them, without
-    the per-engine and per-model views), each with C(rates) per second against the one before.
+    the per-engine and per-model views, with their C(invalid) lists), each with C(rates) per
+    second against the one before.
   returned: always
   type: list
   elements: dict
@@ -149,25 +160,30 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
     VERDICTS, add_rates, diagnose)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
-    CONNECTION_ARGS, check_connection_params, make_fetcher)
-from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import sample_window
+    CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
+    check_range, check_window, sample_window)
+
+# thresholds.stall_seconds: as long as the longest window
+_STALL_SECONDS = (0, True, 3600, "0 or more")
 
 
 def _check(module):
     p = module.params
-    if p["samples"] < 1:
-        module.fail_json(msg="samples must be 1 or more, got %s" % p["samples"])
-    if p["interval"] < 0:
-        module.fail_json(msg="interval must be 0 or more seconds, got %s" % p["interval"])
+    error = (check_range("samples", p["samples"]) or check_range("interval", p["interval"])
+             or check_window(p["samples"], p["interval"]))
+    if error:
+        module.fail_json(msg=error)
     if p["max_num_seqs"] is not None and p["max_num_seqs"] < 1:
         module.fail_json(msg="max_num_seqs must be 1 or more, got %s" % p["max_num_seqs"])
     th = p["thresholds"] or {}
     if th.get("kv_usage_high") is not None and not 0 < th["kv_usage_high"] <= 1:
         module.fail_json(msg="thresholds.kv_usage_high must be in (0, 1], got %s"
                          % th["kv_usage_high"])
-    if th.get("stall_seconds") is not None and th["stall_seconds"] < 0:
-        module.fail_json(msg="thresholds.stall_seconds must be 0 or more, got %s"
-                         % th["stall_seconds"])
+    if th.get("stall_seconds") is not None:
+        error = check_range("thresholds.stall_seconds", th["stall_seconds"], _STALL_SECONDS)
+        if error:
+            module.fail_json(msg=error)
     if (th.get("error_ratio_unhealthy") is not None
             and not 0 < th["error_ratio_unhealthy"] <= 1):
         module.fail_json(msg="thresholds.error_ratio_unhealthy must be in (0, 1], got %s"
@@ -207,10 +223,10 @@ def main():
     _check(module)
     p = module.params
     fetch = make_fetcher(module)
-    snaps = sample_window(fetch, p["url"], p["samples"], p["interval"])
+    snaps = sample_window(fetch, shown_url(module), p["samples"], p["interval"])
     add_rates(snaps)
     result = diagnose(snaps, max_num_seqs=p["max_num_seqs"], thresholds=p["thresholds"])
-    msg = summary(p["url"], result)
+    msg = summary(shown_url(module), result)
     out = dict(changed=False, msg=msg, samples=snaps, **result)
     if result["verdict"] in p["fail_on"]:
         module.fail_json(**out)

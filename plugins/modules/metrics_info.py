@@ -16,6 +16,8 @@ description:
   - Old (vLLM 0.11 and earlier, C(gpu_cache_usage_perc)) and new (C(kv_cache_usage_perc)) metric
     names, counters with or without C(_total), several engines and several models are handled.
   - A value the server does not expose is returned as C(null), never as 0.
+  - A value that cannot be true is returned as C(null) too, and listed in RV(metrics.invalid) with
+    the reason; see there for the rules.
   - There is no C(num_gpu_blocks_used) metric in any vLLM version;
     RV(metrics.used_blocks_estimate) is derived from usage and the block pool size.
 author:
@@ -135,6 +137,44 @@ metrics:
     generation_tokens_total:
       description: Tokens generated since start.
       type: int
+    invalid:
+      description:
+        - Values refused as impossible, one entry per field and reason; empty for a sane server.
+        - Refused are NaN and infinite values, negative counts and counters (and counts above
+          2^53), usage or hit rates outside 0..1 (the V0 hit-rate gauge may be -1), block counts
+          and block sizes in C(cache_config_info) that are not positive whole numbers, more
+          prefix cache hits than queries, and an C(engine) label that is not a data-parallel rank.
+        - A series that appears more than once (same name and labels; C(x) and C(x_total) count
+          as one name) is refused in all its copies, as are two different C(cache_config_info)
+          series for one engine.
+        - A refused value makes its field C(null) for the whole server (a sum over the other
+          engines would look like a real reading); the other engines' views keep theirs.
+        - A body with vLLM series but none of C(kv_cache_usage), C(num_gpu_blocks),
+          C(requests_running), C(requests_waiting) gets one entry for the field C(metrics).
+        - M(kvfleet.vllm.cache_gate) turns a non-empty list into the cause C(invalid_metrics).
+      type: list
+      elements: dict
+      contains:
+        field:
+          description: The field of this view (or C(engine), C(metrics)).
+          type: str
+          sample: kv_cache_usage
+        reason:
+          description: Why the value was refused.
+          type: str
+          sample: not a finite number
+        series:
+          description: The first series refused for this field and reason (shortened).
+          type: str
+          sample: vllm:kv_cache_usage_perc{engine="0",model_name="m"}
+        value:
+          description: Its value, as text.
+          type: str
+          sample: nan
+        count:
+          description: How many series were refused for this field and reason.
+          type: int
+          sample: 1
     engines:
       description: The same fields per engine (data-parallel rank), keyed by the C(engine) label.
       type: dict
@@ -142,7 +182,7 @@ metrics:
       description: The same fields per C(model_name).
       type: dict
     url:
-      description: The server's base URL.
+      description: The server's base URL, without C(user:password@).
       type: str
     time:
       description: Unix time of the scrape.
@@ -152,7 +192,7 @@ metrics:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
-    CONNECTION_ARGS, check_connection_params, make_fetcher)
+    CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import ProbeError, snapshot
 
 
@@ -160,9 +200,9 @@ def main():
     module = AnsibleModule(argument_spec=dict(CONNECTION_ARGS), supports_check_mode=True)
     check_connection_params(module)
     try:
-        view = snapshot(make_fetcher(module), module.params["url"])
+        view = snapshot(make_fetcher(module), shown_url(module))
     except ProbeError as exc:
-        module.fail_json(msg=str(exc), url=module.params["url"])
+        module.fail_json(msg=str(exc), url=shown_url(module))
     module.exit_json(changed=False, metrics=view)
 
 

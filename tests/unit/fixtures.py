@@ -9,6 +9,7 @@ import os
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
 METRICS = os.path.join(ROOT, "metrics")
 GARBAGE = os.path.join(ROOT, "garbage")
+HOSTILE = os.path.join(ROOT, "hostile")
 
 
 def read(path):
@@ -37,3 +38,18 @@ def sequence(version, condition):
                and e["sequence_index"] is not None]
     entries.sort(key=lambda item: item[1]["sequence_index"])
     return [(e["seconds_after_first"], read(os.path.join(METRICS, name))) for name, e in entries]
+
+
+def hostile_manifest():
+    """The hostile-input corpus (tests/fixtures/hostile/MANIFEST.json): {case id: entry}."""
+    with open(os.path.join(HOSTILE, "MANIFEST.json"), encoding="utf-8") as f:
+        return json.load(f)["cases"]
+
+
+def hostile_bodies():
+    """The corpus cases that are a /metrics body: [(case id, entry)]."""
+    return sorted((cid, e) for cid, e in hostile_manifest().items() if e.get("file"))
+
+
+def hostile_body(entry):
+    return read(os.path.join(HOSTILE, entry["file"]))

@@ -21,21 +21,26 @@ configuration names (the server role writes it; one model of an instance, no cop
 from __future__ import annotations
 
 import argparse
+import base64
+import http.client
 import json
 import os
 import re
+import socket
+import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
+from urllib.parse import unquote, urlsplit
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib"))
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
     add_rates, diagnose, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # noqa: E402
-    Response, sample as probe_sample, sample_window)
+    LIMITS, MAX_BODY_BYTES, DeadlineExceeded, FetchError, Response, check_encoding, check_range,
+    check_url, check_window, read_body, redact_url, redirect_refused, sample as probe_sample,
+    sample_window, scrub, unreachable_snapshot, with_deadline)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._textfile import render  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import (  # noqa: E402
     sustained_causes, trends)
@@ -50,20 +55,76 @@ def log(level, text):
     stream.flush()
 
 
-def make_fetcher(base_url, timeout, api_key=None):
-    headers = {"Authorization": "Bearer %s" % api_key} if api_key else {}
+def http_request(url, timeout, headers=None, data=None, max_body_bytes=MAX_BODY_BYTES):
+    """One HTTP request by http.client: (status, reason, Location header, body).
+
+    Never follows a redirect (the caller sees the 3xx), ends within `timeout` seconds in all
+    (a server that trickles bytes is cut off: its socket is shut down), reads at most
+    `max_body_bytes` of the body. user:password@ in the URL becomes a basic auth header unless
+    the caller gives its own Authorization. Raises FetchError (DeadlineExceeded, BodyTooLarge),
+    OSError, http.client.HTTPException.
+    """
+    parts = urlsplit(url)
+    headers = dict(headers or {})
+    if parts.username is not None and "Authorization" not in headers:
+        pair = "%s:%s" % (unquote(parts.username), unquote(parts.password or ""))
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    target = parts.path or "/"
+    deadline = time.monotonic() + timeout
+    held = {}
+
+    def work():
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout,
+                                               context=ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+        held["conn"] = conn
+        try:
+            conn.request("GET" if data is None else "POST", target, body=data, headers=headers)
+            resp = conn.getresponse()
+            if 300 <= resp.status < 400:
+                return resp.status, resp.reason, resp.getheader("Location"), b""
+            if resp.status < 300:
+                check_encoding(resp)
+            return resp.status, resp.reason, None, read_body(resp, max_body_bytes, deadline)
+        finally:
+            conn.close()
+
+    def abort():
+        sock = getattr(held.get("conn"), "sock", None)
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+
+    return with_deadline(work, timeout, abort)
+
+
+def make_fetcher(base_url, timeout, api_key=None, max_body_bytes=MAX_BODY_BYTES):
+    """fetch(path) -> Response for _probe; raises ValueError at once for an unusable URL."""
+    error = check_url(base_url)
+    if error:
+        raise ValueError(error)
+    headers = {"Accept": "text/plain, application/json"}
+    if api_key:
+        headers["Authorization"] = "Bearer %s" % api_key
+    base = base_url.rstrip("/")
 
     def fetch(path):
-        req = urllib.request.Request(base_url.rstrip("/") + path, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return Response(resp.status, resp.read())
-        except urllib.error.HTTPError as exc:
-            return Response(exc.code, b"", str(exc.reason))
-        except urllib.error.URLError as exc:
-            return Response(None, b"", str(exc.reason))
-        except OSError as exc:  # timeouts, resets
-            return Response(None, b"", "%s: %s" % (type(exc).__name__, exc))
+            status, reason, location, body = http_request(base + path, timeout, headers,
+                                                          max_body_bytes=max_body_bytes)
+        except DeadlineExceeded:
+            return Response(None, b"", "timed out after %ss (one deadline for the whole request)"
+                            % timeout)
+        except FetchError as exc:
+            return Response(None, b"", str(exc))
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # refused, reset, garbage
+            return Response(None, b"", scrub("%s: %s" % (type(exc).__name__, exc)))
+        if 300 <= status < 400:
+            return Response(status, b"", redirect_refused(location))
+        if status >= 400:
+            return Response(status, b"", scrub(reason))
+        return Response(status, body)
     return fetch
 
 
@@ -112,11 +173,20 @@ def wait_healthy(args):
 
 
 def take(url, api_key=None, timeout=10):
-    """One sample, or the record of a server that could not be read."""
-    return probe_sample(make_fetcher(url, timeout, api_key), url)
+    """One sample, or the record of a server that could not be read (a URL that cannot be one
+    included)."""
+    try:
+        fetch = make_fetcher(url, timeout, api_key)
+    except ValueError as exc:
+        return unreachable_snapshot(url, exc)
+    return probe_sample(fetch, url)
 
 
 def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, timeout=10):
+    error = (check_range("samples", samples) or check_range("interval", interval)
+             or check_window(samples, interval) or check_range("timeout", timeout))
+    if error:
+        raise ValueError(error)
     snaps = sample_window(make_fetcher(url, timeout, api_key), url, samples, interval)
     add_rates(snaps)
     result = diagnose(snaps, max_num_seqs=max_num_seqs)
@@ -162,23 +232,32 @@ def warmup(args):
         headers["Authorization"] = "Bearer %s" % key
     base = args.url.rstrip("/")
     start = time.time()
-    result = {"url": base}
+    result = {"url": redact_url(base)}
+
+    def call(path, data=None):
+        status, reason, location, raw = http_request(base + path, args.timeout, headers, data)
+        if 300 <= status < 400:
+            raise FetchError("HTTP %s from %s: %s" % (status, path, redirect_refused(location)))
+        if status >= 300:
+            raise FetchError("HTTP %s %s: %s" % (status, scrub(reason, 100),
+                                                 scrub(raw[:300].decode("utf-8", "replace"))))
+        return json.loads(raw.decode("utf-8", "replace"))
+
     try:
-        req = urllib.request.Request(base + "/v1/models", headers=headers)
-        with urllib.request.urlopen(req, timeout=args.timeout) as resp:
-            result["model"] = json.load(resp)["data"][0]["id"]
+        result["model"] = scrub(call("/v1/models")["data"][0]["id"], 200)
         body = json.dumps({"model": result["model"], "prompt": args.prompt,
                            "max_tokens": args.max_tokens, "temperature": 0}).encode()
-        req = urllib.request.Request(base + "/v1/completions", data=body, headers=headers)
-        with urllib.request.urlopen(req, timeout=args.timeout) as resp:
-            answer = json.load(resp)
+        answer = call("/v1/completions", body)
         choice = answer["choices"][0]
         result.update(finish_reason=choice.get("finish_reason"),
                       completion_tokens=(answer.get("usage") or {}).get("completion_tokens"))
-    except urllib.error.HTTPError as exc:
-        result["error"] = "HTTP %s %s: %s" % (exc.code, exc.reason, exc.read()[:300].decode("utf-8", "replace"))
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError) as exc:
-        result["error"] = "%s: %s" % (type(exc).__name__, exc)
+    except DeadlineExceeded:
+        result["error"] = "timed out after %ss (one deadline for each request)" % args.timeout
+    except FetchError as exc:
+        result["error"] = str(exc)
+    except (OSError, http.client.HTTPException, ValueError, RecursionError, KeyError, IndexError,
+            TypeError, AttributeError) as exc:
+        result["error"] = scrub("%s: %s" % (type(exc).__name__, exc))
     result["seconds"] = round(time.time() - start, 3)
     ok = "error" not in result and result.get("finish_reason") in ("length", "stop")
     if not ok and "error" not in result:
@@ -206,11 +285,17 @@ def load_instances(cfg):
     except (OSError, ValueError) as exc:
         raise SystemExit("cannot read the deployment record %s (%s): apply kvfleet.vllm.server "
                          "first" % (path, exc))
+    current = record.get("current") if isinstance(record, dict) else None
+    listed = current.get("instances") if isinstance(current, dict) else None
     out = []
-    for inst in (record.get("current") or {}).get("instances") or []:
-        name = inst["name"]
-        out.append(dict(inst, unit=inst.get("unit") or "vllm-%s.service" % name,  # records before 0.3.0
-                        graceful=(inst.get("drain_seconds") or 0) > 0))
+    for inst in listed if isinstance(listed, list) else []:
+        # an odd entry is kept as it is: the per-instance isolation reports it as that
+        # instance's failure, and the others still run
+        if isinstance(inst, dict) and isinstance(inst.get("name"), str):
+            drain = inst.get("drain_seconds")
+            inst = dict(inst, unit=inst.get("unit") or "vllm-%s.service" % inst["name"],  # records before 0.3.0
+                        graceful=isinstance(drain, (int, float)) and drain > 0)
+        out.append(inst)
     if not out:
         raise SystemExit("the deployment record %s lists no instances" % path)
     return out
@@ -294,8 +379,13 @@ def restart_guard(args):
     cfg = load_config(args.config)
     outcomes = {}
     for inst in load_instances(cfg):
-        outcomes[inst["unit"]] = restart_one(cfg, inst)
-        if outcomes[inst["unit"]] == "failed":
+        unit = str(inst.get("unit", "?")) if isinstance(inst, dict) else "?"
+        try:
+            outcomes[unit] = restart_one(cfg, inst)
+        except Exception as exc:  # reported as this instance's failure, never a traceback
+            log(ERR, "%s: restart guard failed: %s" % (unit, scrub("%s: %s" % (type(exc).__name__, exc))))
+            outcomes[unit] = "failed"
+        if outcomes[unit] == "failed":
             break  # never take a second instance down after one failed to come back
     log(INFO, "restart guard: %s" % ", ".join("%s %s" % kv for kv in sorted(outcomes.items())))
     return 1 if "failed" in outcomes.values() else 0
@@ -317,9 +407,11 @@ def _read_history(path, limit_bytes=4 * 1024 * 1024):
     out = []
     for line in lines:
         try:
-            out.append(json.loads(line))
-        except ValueError:
+            entry = json.loads(line)
+        except (ValueError, RecursionError):
             continue
+        if isinstance(entry, dict):  # anything else is not a line this program wrote
+            out.append(entry)
     return out
 
 
@@ -363,7 +455,13 @@ def trends_report(args):
     out = {}
     for inst in load_instances(cfg):
         past = [h for h in history if h.get("instance") == inst["name"]]
-        found, sustained = history_findings(cfg, past)
+        try:
+            found, sustained = history_findings(cfg, past)
+        except Exception as exc:  # one instance's odd history must not hide the others'
+            out[inst["name"]] = {"points": len(past), "sustained": [], "trends": [],
+                                 "trend_evidence": {},
+                                 "error": scrub("%s: %s" % (type(exc).__name__, exc))}
+            continue
         out[inst["name"]] = {"points": len(past), "sustained": sustained,
                              "trends": sorted(t for t, v in found.items() if v),
                              "trend_evidence": dict((t, v) for t, v in found.items() if v)}
@@ -372,38 +470,64 @@ def trends_report(args):
     return 0
 
 
+def _sample_one(cfg, inst, history, window):
+    """Sample and diagnose one instance: (history line, textfile result, log level, log text)."""
+    past = [h for h in history if h.get("instance") == inst["name"]]
+    now = take(inst["url"], os.environ.get("VLLM_API_KEY"))
+    add_rates(([dict(past[-1])] if past else []) + [now])
+    recent = since_last_down([dict(h) for h in past[-(window - 1):]] + [now])
+    diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"))
+    found_trends, sustained = history_findings(cfg, past, now, diagnosis)
+    line = dict(now, instance=inst["name"], verdict=diagnosis["verdict"],
+                state=diagnosis["state"], cause_ids=[c["id"] for c in diagnosis["causes"]],
+                trend_ids=sorted(t for t, v in found_trends.items() if v))
+    result = {"instance": inst["name"], "snapshot": None if now.get("error") else now,
+              "diagnosis": diagnosis, "trends": found_trends, "sustained": sustained,
+              "time": now["time"]}
+    usage = now.get("kv_cache_usage")
+    rate = (now.get("rates") or {}).get("requests_finished_per_s")
+    text = "%s: %s %s kv_cache=%s running=%s waiting=%s requests/s=%s causes=%s%s" % (
+        inst["name"], diagnosis["verdict"], diagnosis["state"] or "-",
+        "%.1f%%" % (usage * 100) if usage is not None else "n/a",
+        now.get("requests_running"), now.get("requests_waiting"),
+        "%.2f" % rate if rate is not None else "n/a",
+        ",".join(line["cause_ids"]) or "none",
+        (" trends=" + ",".join(line["trend_ids"])) if line["trend_ids"] else "")
+    return line, result, WARNING if diagnosis["verdict"] != "healthy" else INFO, text
+
+
+def _sample_failed(inst, exc):
+    """What is recorded for an instance whose round raised: an error for it alone, never
+    healthy (the monitor cannot vouch for it); the other instances are sampled as usual."""
+    name = str(inst.get("name", "?")) if isinstance(inst, dict) else "?"
+    error = scrub("sampling failed: %s: %s" % (type(exc).__name__, exc))
+    url = inst.get("url") if isinstance(inst, dict) else None
+    now = {"url": redact_url(url) if isinstance(url, str) else None,
+           "time": round(time.time(), 3), "healthy": False, "error": error}
+    line = dict(now, instance=name, verdict="unhealthy", state=None, cause_ids=[], trend_ids=[])
+    result = {"instance": name, "snapshot": None, "time": now["time"], "trends": {},
+              "sustained": [], "diagnosis": {"verdict": "unhealthy", "state": None, "causes": [],
+                                             "window_seconds": 0.0}}
+    return line, result, ERR, "%s: %s (recorded as an error for this instance)" % (name, error)
+
+
 def sample(args):
     """One monitor round: sample each instance, diagnose with its recent history, write the
-    history line, the textfile, and one readable line per instance."""
+    history line, the textfile, and one readable line per instance. One instance failing
+    (whatever it raised) is logged and recorded for that instance; the others still are."""
     cfg = load_config(args.config)
     history_path = cfg["history"]
     history = _read_history(history_path)
     window = max(2, int(cfg.get("window", 3)))
     results, new_lines = [], []
     for inst in load_instances(cfg):
-        past = [h for h in history if h.get("instance") == inst["name"]]
-        now = take(inst["url"], os.environ.get("VLLM_API_KEY"))
-        add_rates(([dict(past[-1])] if past else []) + [now])
-        recent = since_last_down([dict(h) for h in past[-(window - 1):]] + [now])
-        diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"))
-        found_trends, sustained = history_findings(cfg, past, now, diagnosis)
-        line = dict(now, instance=inst["name"], verdict=diagnosis["verdict"],
-                    state=diagnosis["state"], cause_ids=[c["id"] for c in diagnosis["causes"]],
-                    trend_ids=sorted(t for t, v in found_trends.items() if v))
+        try:
+            line, result, level, text = _sample_one(cfg, inst, history, window)
+        except Exception as exc:  # one instance must never stop the round for the others
+            line, result, level, text = _sample_failed(inst, exc)
         new_lines.append(line)
-        results.append({"instance": inst["name"], "snapshot": None if now.get("error") else now,
-                        "diagnosis": diagnosis, "trends": found_trends, "sustained": sustained,
-                        "time": now["time"]})
-        usage = now.get("kv_cache_usage")
-        rate = (now.get("rates") or {}).get("requests_finished_per_s")
-        log(WARNING if diagnosis["verdict"] != "healthy" else INFO,
-            "%s: %s %s kv_cache=%s running=%s waiting=%s requests/s=%s causes=%s%s" % (
-                inst["name"], diagnosis["verdict"], diagnosis["state"] or "-",
-                "%.1f%%" % (usage * 100) if usage is not None else "n/a",
-                now.get("requests_running"), now.get("requests_waiting"),
-                "%.2f" % rate if rate is not None else "n/a",
-                ",".join(line["cause_ids"]) or "none",
-                (" trends=" + ",".join(line["trend_ids"])) if line["trend_ids"] else ""))
+        results.append(result)
+        log(level, text)
     os.makedirs(os.path.dirname(history_path), exist_ok=True)
     _rotate(history_path, int(cfg.get("history_max_bytes", 10 * 1024 * 1024)),
             int(cfg.get("history_keep", 3)))
@@ -416,22 +540,51 @@ def sample(args):
     return 0
 
 
+def _number(name, rule, kind=float):
+    """argparse type: a finite number within `rule` (see _probe.LIMITS), the flag named."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%s must be a number, got %r" % (name, text))
+        error = check_range(name, value, rule)
+        if error:
+            raise argparse.ArgumentTypeError(error)
+        return value
+    return parse
+
+
+def _base_url(text):
+    error = check_url(text, "--url")
+    if error:
+        raise argparse.ArgumentTypeError(error)
+    return text
+
+
+# wait-healthy's whole wait (a model load can take many minutes; 0: one probe), warm-up's
+# requests, the pause between health probes (0: probe again at once)
+_WAIT = (0, True, 86400, "0 or more seconds")
+_LONG_TIMEOUT = (0, False, 86400, "a positive number of seconds")
+_DELAY = (0, True, 3600, "0 or more seconds")
+_MAX_TOKENS = (1, True, 100000, "1 or more")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="kvfleet-vllm", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("wait-healthy", help="wait until a vLLM unit answers /health")
     p.add_argument("--unit", required=True)
-    p.add_argument("--url", required=True)
-    p.add_argument("--timeout", type=float, default=900)
-    p.add_argument("--delay", type=float, default=2)
-    p.add_argument("--probe-timeout", type=float, default=3)
+    p.add_argument("--url", required=True, type=_base_url)
+    p.add_argument("--timeout", type=_number("--timeout", _WAIT), default=900)
+    p.add_argument("--delay", type=_number("--delay", _DELAY), default=2)
+    p.add_argument("--probe-timeout", type=_number("--probe-timeout", LIMITS["timeout"]), default=3)
     p.set_defaults(func=wait_healthy)
     p = sub.add_parser("gate", help="sample a server and diagnose its KV cache (JSON)")
-    p.add_argument("--url", required=True)
-    p.add_argument("--samples", type=int, default=3)
-    p.add_argument("--interval", type=float, default=2)
-    p.add_argument("--max-num-seqs", type=int)
-    p.add_argument("--probe-timeout", type=float, default=10)
+    p.add_argument("--url", required=True, type=_base_url)
+    p.add_argument("--samples", type=_number("--samples", LIMITS["samples"], int), default=3)
+    p.add_argument("--interval", type=_number("--interval", LIMITS["interval"]), default=2)
+    p.add_argument("--max-num-seqs", type=_number("--max-num-seqs", (1, True, 2 ** 31, "1 or more"), int))
+    p.add_argument("--probe-timeout", type=_number("--probe-timeout", LIMITS["timeout"]), default=10)
     p.set_defaults(func=gate)
     p = sub.add_parser("restart-guard", help="drain-aware restart of this host's instances")
     p.add_argument("--config", required=True)
@@ -443,13 +596,17 @@ def main(argv=None):
     p.add_argument("--config", required=True)
     p.set_defaults(func=trends_report)
     p = sub.add_parser("warmup", help="one short completion; fails unless tokens come back (JSON)")
-    p.add_argument("--url", required=True)
+    p.add_argument("--url", required=True, type=_base_url)
     p.add_argument("--env-file", help="read VLLM_API_KEY from this file (the instance's 0600 env file)")
     p.add_argument("--prompt", default="Hello")
-    p.add_argument("--max-tokens", type=int, default=4)
-    p.add_argument("--timeout", type=float, default=120)
+    p.add_argument("--max-tokens", type=_number("--max-tokens", _MAX_TOKENS, int), default=4)
+    p.add_argument("--timeout", type=_number("--timeout", _LONG_TIMEOUT), default=120)
     p.set_defaults(func=warmup)
     args = parser.parse_args(argv)
+    if args.command == "gate":
+        error = check_window(args.samples, args.interval, ("--samples", "--interval"))
+        if error:
+            parser.error(error)
     return args.func(args)
 
 

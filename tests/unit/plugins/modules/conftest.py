@@ -11,6 +11,26 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kvfleet.vllm.tests.unit import fixtures
 
 
+class FakeResponse(object):
+    """What open_url returns, as far as the fetcher uses it: read in pieces, headers, close."""
+
+    def __init__(self, body, headers=None):
+        self.body = body
+        self.headers = dict(headers or {})
+        self.closed = False
+
+    def getcode(self):
+        return 200
+
+    def read(self, amt=None):
+        amt = len(self.body) if amt is None or amt < 0 else amt
+        piece, self.body = self.body[:amt], self.body[amt:]
+        return piece
+
+    def close(self):
+        self.closed = True
+
+
 class FakeServer(object):
     """Answers open_url by path; a value is bytes (200), an int (HTTP error) or an exception."""
 
@@ -29,13 +49,7 @@ class FakeServer(object):
         if isinstance(answer, int):
             raise HTTPError(url, answer, "status %d" % answer, {}, None)
 
-        class Resp(object):
-            def getcode(self):
-                return 200
-
-            def read(self):
-                return answer
-        return Resp()
+        return FakeResponse(answer)
 
 
 def capture_path(name):
