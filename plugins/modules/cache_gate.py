@@ -48,22 +48,24 @@ options:
         requests wait (the evidence then says C(cap_inferred=true)).
     type: int
   thresholds:
-    description: Limits of the diagnosis.
+    description:
+      - Limits of the diagnosis. A limit left out takes the diagnosis's own default (the one copy
+        of them, in the collection's C(_diagnosis) module), which the host program, the monitor and
+        the restart guard use too.
     type: dict
     default: {}
     suboptions:
       kv_usage_high:
-        description: KV cache usage (0..1) at or above which the cache counts as full.
+        description: KV cache usage (0..1) at or above which the cache counts as full. Default 0.9.
         type: float
-        default: 0.9
       stall_seconds:
-        description: Shortest window without any token that counts as an admission stall, 0 to 3600.
+        description: Shortest window without any token that counts as an admission stall, 0 to 3600. Default 3.
         type: float
-        default: 3
       error_ratio_unhealthy:
-        description: Share of finished requests ending in error or abort at or above which C(request_errors) is critical.
+        description: >-
+          Share of finished requests ending in error or abort at or above which C(request_errors)
+          is critical. Default 0.5.
         type: float
-        default: 0.5
   fail_on:
     description: Verdicts that fail the task.
     type: list
@@ -209,10 +211,11 @@ def main():
             samples=dict(type="int", default=3),
             interval=dict(type="float", default=2.0),
             max_num_seqs=dict(type="int"),
+            # no defaults here: diagnose() fills what is left out from DEFAULT_THRESHOLDS
             thresholds=dict(type="dict", default={}, options=dict(
-                kv_usage_high=dict(type="float", default=0.9),
-                stall_seconds=dict(type="float", default=3.0),
-                error_ratio_unhealthy=dict(type="float", default=0.5),
+                kv_usage_high=dict(type="float"),
+                stall_seconds=dict(type="float"),
+                error_ratio_unhealthy=dict(type="float"),
             )),
             fail_on=dict(type="list", elements="str", choices=list(VERDICTS),
                          default=["unhealthy"]),

@@ -57,3 +57,17 @@ def test_bad_options_fail_before_any_request(run_module, args, text):
     server = FakeServer({})
     failed, result = run_module(cache_gate, dict(url=URL, **args), server)
     assert failed and text in result["msg"] and server.calls == []
+
+
+def test_threshold_defaults_have_one_copy():
+    """The module leaves the limits to the diagnosis; its documentation states the same values."""
+    import re
+    import yaml
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import DEFAULT_THRESHOLDS
+    options = yaml.safe_load(cache_gate.DOCUMENTATION)["options"]["thresholds"]["suboptions"]
+    assert set(options) == set(DEFAULT_THRESHOLDS)
+    for name, spec in options.items():
+        assert "default" not in spec, name
+        text = " ".join(spec["description"]) if isinstance(spec["description"], list) else spec["description"]
+        documented = float(re.search(r"Default ([0-9.]+)\.", text).group(1))
+        assert documented == DEFAULT_THRESHOLDS[name], name
