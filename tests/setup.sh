@@ -62,9 +62,13 @@ if want vllm; then
 fi
 
 if want model; then
-  if [ ! -f "$KVFLEET_MODEL_DIR/model.safetensors" ]; then
+  # remade when make_tiny_model.py changes (e.g. its dtype), not only when absent
+  h=$(sha256sum "$KVFLEET_ROOT/tests/support/make_tiny_model.py" | cut -c1-16)
+  if ! stamp_ok "$KVFLEET_MODEL_DIR/.stamp" "$h" || [ ! -f "$KVFLEET_MODEL_DIR/model.safetensors" ]; then
     log "tiny model"
+    rm -rf "$KVFLEET_MODEL_DIR"
     "$KVFLEET_VLLM_PYTHON" "$KVFLEET_ROOT/tests/support/make_tiny_model.py" "$KVFLEET_MODEL_DIR" >/dev/null 2>&1
+    echo "$h" > "$KVFLEET_MODEL_DIR/.stamp"
   fi
   # safetensors writes its file 0600; the test hosts' service user must read it
   chmod -R a+rX "$KVFLEET_MODEL_DIR"

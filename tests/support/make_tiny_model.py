@@ -2,6 +2,13 @@
 
 No model hub is needed: the tokenizer is trained on this machine's Python sources. The head
 size is 32 because vLLM's CPU attention backend rejects 16. ~2 MB, a few seconds.
+
+float16, not bfloat16: on AMX CPUs vLLM 0.32.0's CPU attention runs bfloat16 through its AMX
+kernel (v1/attention/backends/cpu_attn.py, _get_attn_isa), and the worker died with SIGILL
+(exit -4) on its first completion. Every consumer serves this folder with dtype "auto", which
+keeps a float16 config; a float32 one would be downcast to bfloat16 on CPU
+(config/model.py, _resolve_auto_dtype). float16 also keeps KV sizes in blocks as they were.
+
 usage: python make_tiny_model.py OUTDIR
 """
 
@@ -48,9 +55,9 @@ def main(out):
                          head_dim=32, max_position_embeddings=2048,
                          bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
                          pad_token_id=fast.pad_token_id, tie_word_embeddings=False,
-                         torch_dtype="bfloat16")
+                         torch_dtype="float16")
     torch.manual_seed(0)
-    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    LlamaForCausalLM(config).to(torch.float16).save_pretrained(out, safe_serialization=True)
     print("tiny model written to", out)
 
 
