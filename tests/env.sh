@@ -13,3 +13,17 @@ export KVFLEET_VLLM_VERSION="${KVFLEET_VLLM_VERSION:-0.32.0}"
 export PATH="$KVFLEET_TOOLS/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$KVFLEET_COLLECTIONS"
 export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 NO_COLOR=1
+
+# copy_tree DEST: what git would commit (tracked, and new files it does not ignore; no caches or
+# carried wheels) into DEST, as a clone would have it; used by setup.sh (the collection copy)
+# and fresh.sh (the container's source).
+copy_tree() {
+  if git -C "$KVFLEET_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+    (cd "$KVFLEET_ROOT" && git ls-files -z --cached --others --exclude-standard |
+       xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
+       tar --null -T - -cf -) | tar -C "$1" -xf -
+  else
+    tar -C "$KVFLEET_ROOT" --exclude=./.git --exclude=./tests/output --exclude=__pycache__ \
+      --exclude=./collections/ansible_collections -cf - . | tar -C "$1" -xf -
+  fi
+}

