@@ -129,11 +129,23 @@ def make_fetcher(base_url, timeout, api_key=None, max_body_bytes=MAX_BODY_BYTES)
 
 
 def unit_state(unit):
-    out = subprocess.run(["systemctl", "show", "-p", "ActiveState,SubState,NRestarts,Result", unit],
+    out = subprocess.run(["systemctl", "show", "-p",
+                          "ActiveState,SubState,NRestarts,Result,ActiveEnterTimestampMonotonic", unit],
                          capture_output=True, text=True, check=False).stdout
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     state["NRestarts"] = int(state.get("NRestarts") or 0)
     return state
+
+
+def seconds_since_start(state, now=None):
+    """How long ago the unit became active (systemd's CLOCK_MONOTONIC stamp), None if unknown."""
+    try:
+        entered = int(state.get("ActiveEnterTimestampMonotonic") or 0)
+    except ValueError:
+        return None
+    if entered <= 0:
+        return None
+    return (time.monotonic() if now is None else now) - entered / 1e6
 
 
 def journal_tail(unit, since=None, lines=15, scan=400):
@@ -332,6 +344,13 @@ def _wait_idle(inst, timeout):
 def restart_one(cfg, inst):
     """Restart one instance the drain-aware way. Returns 'skipped', 'restarted' or 'failed'."""
     unit = inst["unit"]
+    state = unit_state(unit)
+    # systemctl restart would start it: a unit stopped on purpose stays stopped ("failed" is not
+    # a stop anyone asked for, so it may be restarted)
+    if state.get("ActiveState") in ("inactive", "deactivating") and state.get("Result", "success") == "success":
+        log(INFO, "%s: not restarting: the unit is %s (stopped, not failed); the guard never "
+            "starts a stopped unit" % (unit, state.get("ActiveState")))
+        return "skipped"
     if cfg.get("mode") == "when_degraded":
         result = run_gate(inst["url"], cfg.get("gate_samples", 3), cfg.get("gate_interval", 2),
                           inst.get("max_num_seqs"), os.environ.get("VLLM_API_KEY"))
@@ -340,6 +359,12 @@ def restart_one(cfg, inst):
         if not curing:
             log(INFO, "%s: not restarting: verdict %s, causes %s; a restart cures only %s"
                 % (unit, result["verdict"], found or "none", ", ".join(cfg.get("causes", []))))
+            return "skipped"
+        # a server still loading its model reads as down: give it its health timeout first
+        age = seconds_since_start(state)
+        if age is not None and age < cfg.get("health_timeout", 900):
+            log(INFO, "%s: not restarting: %s found, but the unit started %.0fs ago, within its "
+                "health timeout (%ss)" % (unit, ", ".join(curing), age, cfg.get("health_timeout", 900)))
             return "skipped"
         log(WARNING, "%s: restarting: %s found, which a restart cures" % (unit, ", ".join(curing)))
     else:
