@@ -41,3 +41,14 @@ def test_role_readme_is_generated_from_the_argument_specs(role):
     spec.loader.exec_module(gen)
     with open(os.path.join(ROLES, role, "README.md"), encoding="utf-8") as f:
         assert f.read() == gen.render(role), "run python3 tests/support/role_readme.py"
+
+
+def test_the_verify_entry_point_accepts_every_record_the_instance_model_writes():
+    """deploy and rolling_restart hand the record's instances to tasks_from verify, whose argument
+    spec validation refuses unknown keys: the two must not drift apart."""
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import build
+    instances, _warnings = build([{"name": "main", "port": 8000}], {
+        "version": "0.32.0", "device": "cpu",
+        "options": {"model": "/m", "block_size": 32, "host": "127.0.0.1"}})
+    spec = load("server", "meta", "argument_specs.yml")["argument_specs"]["verify"]["options"]
+    assert set(instances[0]["record"]) <= set(spec["vllm_server_verify_instances"]["options"])
