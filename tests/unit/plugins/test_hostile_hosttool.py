@@ -200,6 +200,8 @@ def test_restart_guard_records_a_failing_instance_as_failed(tmp_path, monkeypatc
     calls = []
     monkeypatch.setattr(prog.subprocess, "run", lambda *a, **k: calls.append(a) or pytest.fail(
         "no command may run: %r" % (a,)))
+    # a running unit (the guard reads its state first; a stopped one would be left alone)
+    monkeypatch.setattr(prog, "unit_state", lambda unit: {"ActiveState": "active", "NRestarts": 0})
     cfg = tmp_path / "restart.json"
     cfg.write_text(json.dumps({"mode": "always", "record": _record(tmp_path, [{"name": "x", "unit": "vllm-x.service"}])}))
     assert prog.restart_guard(argparse.Namespace(config=str(cfg))) == 1
