@@ -23,7 +23,8 @@ bash "$HERE/hosts/setup-host.sh" >/dev/null   # podman, configured for this mach
 bash "$HERE/hosts/build-image.sh"             # cached: rebuilt only when its inputs change
 
 work=$(mktemp -d); name="kvfleet-fresh-$$"
-trap 'podman rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+# --ignore: the container is normally gone already (--rm); only a run cut short leaves it
+trap 'podman rm -f --ignore "$name" >/dev/null; rm -rf "$work"' EXIT
 # The repository as a clone would have it (tracked and new unignored files, no .git, no caches)
 mkdir "$work/src"
 copy_tree "$work/src"
@@ -46,9 +47,10 @@ set +e
 podman run "${args[@]}" "$KVFLEET_IMAGE" bash tests/run.sh $STAGES 2>&1 | tee "$KVFLEET_FRESH_LOG"
 rc=${PIPESTATUS[0]}
 set -e
-timing=$(grep '^TIMING' "$KVFLEET_FRESH_LOG" | tail -1 || true)
+# sed, not grep: a run that failed early has no TIMING line, and that must not end the script here
+timing=$(sed -n 's/^TIMING //p' "$KVFLEET_FRESH_LOG" | tail -1)
 if [ "$rc" -eq 0 ]; then
-  echo "FRESH PASS ($STAGES) in $(( $(date +%s) - t0 ))s; in the container: ${timing#TIMING }"
+  echo "FRESH PASS ($STAGES) in $(( $(date +%s) - t0 ))s; in the container: ${timing}"
 else
   echo "FRESH FAIL rc=$rc ($STAGES) after $(( $(date +%s) - t0 ))s; log: $KVFLEET_FRESH_LOG"
 fi

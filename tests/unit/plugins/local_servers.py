@@ -98,18 +98,23 @@ def redirect_to(target, status=302):
     return behaviour
 
 
+def _drip(h, byte, every):
+    """One byte every `every` s until STOP_AFTER (each socket read on the other side succeeds)."""
+    end = time.monotonic() + STOP_AFTER
+    while time.monotonic() < end:
+        h.wfile.write(byte)
+        h.wfile.flush()
+        time.sleep(every)
+
+
 def trickle_body(every=1.0):
-    """Headers at once, then one byte of body every `every` s (each socket read succeeds)."""
+    """Headers at once, then one byte of body every `every` s."""
     def behaviour(h):
         h.send_response(200)
         h.send_header("Content-Length", "100000")
         h.end_headers()
         h.wfile.flush()
-        end = time.monotonic() + STOP_AFTER
-        while time.monotonic() < end:
-            h.wfile.write(b"#")
-            h.wfile.flush()
-            time.sleep(every)
+        _drip(h, b"#", every)
     return behaviour
 
 
@@ -118,11 +123,7 @@ def trickle_headers(every=1.0):
     def behaviour(h):
         h.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
         h.wfile.flush()
-        end = time.monotonic() + STOP_AFTER
-        while time.monotonic() < end:
-            h.wfile.write(b"a")
-            h.wfile.flush()
-            time.sleep(every)
+        _drip(h, b"a", every)
     return behaviour
 
 

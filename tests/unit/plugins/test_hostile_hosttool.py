@@ -5,32 +5,21 @@ options and configurations."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import threading
 import time
 
 import pytest
 
 from ansible_collections.kvfleet.vllm.tests.unit import fixtures
-from ansible_collections.kvfleet.vllm.tests.unit.plugins import local_servers as ls
+from ansible_collections.kvfleet.vllm.tests.unit.plugins import hostprog, local_servers as ls
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
 KEY = "k3y-never-elsewhere"
 SLACK = 1.5
 BODIES = fixtures.hostile_bodies()
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "kvfleet_vllm_hostile", os.path.join(ROOT, "roles", "hosttools", "files", "kvfleet_vllm.py"))
-    prog = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(prog)
-    return prog
-
-
-prog = _load()
+prog = hostprog.load("kvfleet_vllm_hostile")
 
 
 # --- HTTP ------------------------------------------------------------------------------------

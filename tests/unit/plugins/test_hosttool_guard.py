@@ -3,25 +3,16 @@ starts a unit that was stopped, and never restarts one still within its health t
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import time
 
 import pytest
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
+from ansible_collections.kvfleet.vllm.tests.unit.plugins import hostprog
+
 INST = {"name": "main", "unit": "vllm-main.service", "url": "http://127.0.0.1:9", "graceful": True}
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location(
-        "kvfleet_vllm_guard", os.path.join(ROOT, "roles", "hosttools", "files", "kvfleet_vllm.py"))
-    prog = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(prog)
-    return prog
-
-
-prog = _load()
+prog = hostprog.load("kvfleet_vllm_guard")
 
 
 @pytest.fixture
