@@ -7,61 +7,114 @@
 The causes are the real ones behind "usage below 80% but requests queue" (scheduler limits) and
 real KV exhaustion; none is "fragmentation", which PagedAttention does not have. Standard library
 only: the gate module, the restart guard and the monitor on hosts all call this one function.
+
+The rules run on each engine's own view (data-parallel ranks each have their own scheduler,
+cache and --max-num-seqs); the server's verdict is its worst engine's. A cause is critical only
+when the window proves it; a window that merely looks like a stall or an outage says so in
+``pending``, and callers that can keep sampling (``_probe.sample_until_decided``) do so until
+it is decided.
 """
 
 from __future__ import annotations
 
-__all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "VERDICTS", "add_rates", "diagnose", "since_last_down"]
+__all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "VERDICTS", "add_rates",
+           "diagnose", "since_last_down"]
 
-CAUSE_IDS = ("engine_down", "kv_cache_exhausted", "concurrency_cap", "head_of_line_blocking",
-             "admission_stall", "admission_rejections", "request_errors", "invalid_metrics")
+CAUSE_IDS = ("engine_down", "probe_errors", "kv_cache_exhausted", "concurrency_cap",
+             "active_seq_cap", "token_budget", "head_of_line_blocking", "admission_stall",
+             "deferred_backlog", "deferred_deadlock", "admission_rejections", "request_errors",
+             "request_aborts", "invalid_metrics")
 VERDICTS = ("healthy", "degraded", "unhealthy")
 DEFAULT_THRESHOLDS = {
     # usage at or above this counts as "near full"; below it the cache has room.
     "kv_usage_high": 0.9,
-    # an admission stall needs at least this many seconds without a single token.
-    "stall_seconds": 3.0,
-    # errors+aborts over finished requests at or above this make request_errors critical.
+    # a stall needs requests pending and no engine step seen for this long. A single prefill
+    # step holds every gauge and counter still until it ends, so this must be longer than any
+    # real step.
+    "stall_seconds": 60.0,
+    # engine errors over finished requests at or above this (with min_request_errors) make
+    # request_errors critical; client aborts at or above it make request_aborts a warning.
     "error_ratio_unhealthy": 0.5,
+    # fewer errors (or aborts) than this in the window are never more than a warning (or noise)
+    "min_request_errors": 3,
+    # preemptions in the window, and per finished request, that make exhaustion critical
+    "min_preemptions": 3,
+    "preemption_ratio_unhealthy": 0.5,
+    # requests deferred (LoRA budget, KV transfer, grammar) that, with tokens flowing into
+    # prefill and none out of decode, make the deferred-request deadlock
+    "deferred_deadlock_min": 100,
 }
+# Scheduler settings that /metrics does not show; the gate takes them as options.
+LIMIT_NAMES = ("max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs", "max_model_len")
 
 # counter field -> rate name
 _RATES = (
     ("preemptions_total", "preemptions_per_s"),
     ("admission_rejections_total", "admission_rejections_per_s"),
     ("request_errors_total", "request_errors_per_s"),
+    ("request_aborts_total", "request_aborts_per_s"),
     ("requests_finished_total", "requests_finished_per_s"),
     ("prompt_tokens_total", "prompt_tokens_per_s"),
     ("generation_tokens_total", "generation_tokens_per_s"),
 )
+# What moves when an engine completes a step: a trailing run of samples where none of these
+# changed, with requests pending, is a window without a step.
+_PROGRESS = ("prompt_tokens_total", "generation_tokens_total", "requests_finished_total",
+             "preemptions_total", "engine_steps_total", "request_errors_total",
+             "request_aborts_total", "kv_cache_usage", "requests_running", "requests_waiting",
+             "waiting_deferred")
+_SEVERITY_ORDER = {"critical": 0, "warning": 1}
+# admission_rejections{reason} -> the flag that set the limit (vLLM 0.32 v1/engine/async_llm.py)
+_QUEUE_FLAGS = {"max_num_queued_reqs": "--max-num-queued-reqs",
+                "max_num_queued_tokens": "--max-num-queued-tokens"}
 
 _ADVICE = {
     "engine_down": (
         "The engine is not serving. Read the unit's journal for the start-up or crash error; a "
         "restart cures a dead engine, not a rejected flag or a model that does not fit."),
+    "probe_errors": (
+        "Some samples could not be read (a timeout or refused connection) while the others show "
+        "a live engine: an overloaded API server or a network hiccup, not an outage. Raise the "
+        "probe timeout if it recurs under load."),
     "kv_cache_exhausted": (
         "The KV cache is full and requests wait for blocks: real exhaustion, not fragmentation. "
         "Give the cache more memory (--gpu-memory-utilization or --kv-cache-memory-bytes), lower "
         "--max-model-len, or add replicas."),
     "concurrency_cap": (
-        "Requests queue because the server already runs its maximum number of sequences while "
-        "the cache has room: a scheduler cap, not fragmentation. Raise --max-num-seqs or add "
-        "replicas."),
+        "Requests queue because the engine already runs its maximum number of sequences while "
+        "the cache has room: a scheduler cap, not fragmentation. Raise --max-num-seqs (it "
+        "applies to each data-parallel rank) or add replicas."),
+    "active_seq_cap": (
+        "Requests queue because the engine runs --max-num-active-seqs sequences, below "
+        "--max-num-seqs, while the cache has room. Raise --max-num-active-seqs."),
+    "token_budget": (
+        "Each engine step is filled to --max-num-batched-tokens while requests wait and the cache "
+        "has room: the token budget per step is the limit. Raise --max-num-batched-tokens."),
     "head_of_line_blocking": (
-        "Requests wait although blocks are free and the server is below its sequence cap: the "
-        "first waiting request needs room for its whole prompt and the FCFS scheduler does not "
-        "skip it. Lower --max-model-len, raise --max-num-batched-tokens (chunked prefill), or "
-        "route long prompts to their own instances."),
+        "Requests wait although blocks are free and the engine is below its sequence cap: the "
+        "first waiting request cannot be scheduled and the FCFS scheduler does not skip it."),
     "admission_stall": (
-        "Requests are queued or deferred but no token was produced while /health says 200: an "
-        "admission stall (such as the vLLM 0.27 deferred-request deadlock). Only a restart "
-        "recovers it; upgrade past the affected release."),
+        "Requests are pending but no engine step completed for the whole window while /health "
+        "may still say 200: a hung engine or an admission stall. Only a restart recovers it; "
+        "read the journal and upgrade past a release with a known scheduler deadlock."),
+    "deferred_backlog": (
+        "Requests are deferred, not waiting for capacity: the LoRA budget (--max-loras), a KV "
+        "transfer or a grammar compile holds them. Raise --max-loras or check the KV connector; "
+        "more --max-num-seqs does not help."),
+    "deferred_deadlock": (
+        "Hundreds of requests are deferred while prompt tokens still flow and almost nothing is "
+        "generated: the deferred-request deadlock (vLLM 0.27). Only a restart recovers it; "
+        "upgrade past the affected release."),
     "admission_rejections": (
-        "The server turns requests away with HTTP 503 because its queue limits are reached: "
-        "raise --max-num-queued-reqs / --max-num-queued-tokens or add capacity."),
+        "The server turns requests away with HTTP 503 because a queue limit is reached."),
     "request_errors": (
-        "Requests finished with error or abort. Read the server log; aborts also come from "
-        "clients that disconnect and from stops without --shutdown-timeout."),
+        "Requests finished with finished_reason=error (HTTP 500): a request-level failure such "
+        "as a grammar error or a failed KV load. Read the server log."),
+    "request_aborts": (
+        "Many requests were aborted by the server itself: a stop without drain "
+        "(--shutdown-timeout 0), a pause or sleep with mode=abort, or requests refused during "
+        "shutdown (vLLM does not count a client that disconnects). Not an engine fault; check "
+        "who stops or pauses this server."),
     "invalid_metrics": (
         "The server's /metrics holds values that cannot be true (NaN or infinite values, negative "
         "counts, usage outside 0..1, bad block counts, duplicated series); the diagnosis ignored "
@@ -111,135 +164,427 @@ def since_last_down(snapshots):
     return list(reversed(kept)) + snapshots[-1:]
 
 
-def _queued(snap):
-    waiting = snap.get("requests_waiting") or 0
-    return waiting >= 1 or (snap.get("waiting_deferred") or 0) >= 1
+def _n(value):
+    return value or 0
 
 
-def _cause(cid, severity, evidence):
-    return {"id": cid, "severity": severity, "evidence": evidence, "advice": _ADVICE[cid]}
+def _cap_waiting(view):
+    """Requests waiting for capacity. vLLM's waiting gauge includes the deferred ones
+    (loggers.py: 'Sum of all reasons equals vllm:num_requests_waiting'); before the by-reason
+    gauge existed there was no deferral to tell apart."""
+    if view.get("waiting_capacity") is not None:
+        return view["waiting_capacity"]
+    return _n(view.get("requests_waiting"))
 
 
-def _engine_down(snapshots):
-    down = [s for s in snapshots if s.get("error") or not s.get("healthy")]
-    if not down:
-        return None
+def _pending_work(view):
+    return _n(view.get("requests_running")) + _n(view.get("requests_waiting")) >= 1
+
+
+def _cause(cid, severity, evidence, advice=None):
+    text = _ADVICE[cid] + ((" " + advice) if advice else "")
+    return {"id": cid, "severity": severity, "evidence": evidence, "advice": text}
+
+
+def _is_down(snap):
+    return bool(snap.get("error")) or not snap.get("healthy")
+
+
+def _down_evidence(snaps, down):
     last = down[-1]
-    evidence = {"samples_down": len(down), "samples": len(snapshots)}
+    evidence = {"samples_down": len(down), "samples": len(snaps)}
     if last.get("error"):
         evidence["error"] = last["error"]
     else:
         evidence["health_status"] = last.get("health_status")
         evidence["health_error"] = last.get("health_error")
-    return _cause("engine_down", "critical", evidence)
+    return evidence
 
 
-def _pinned(queued, cap):
-    """Running at the cap in at least half the queued samples (gauges dip between steps)."""
-    hits = sum(1 for s in queued if (s.get("requests_running") or 0) >= cap)
-    return hits * 2 >= len(queued)
+def _availability(snaps):
+    """(cause or None, pending or None, outage proven).
+
+    Critical only when the latest two samples are down, or most are (a /health that times out
+    once under load is not an outage). One trailing down sample is unconfirmed: a warning, and
+    one more sample decides.
+    """
+    down = [s for s in snaps if _is_down(s)]
+    if not down:
+        return None, None, False
+    trailing = 0
+    for snap in reversed(snaps):
+        if not _is_down(snap):
+            break
+        trailing += 1
+    ev = _down_evidence(snaps, down)
+    if trailing >= 2 or len(down) * 2 > len(snaps) or len(snaps) == 1:
+        return _cause("engine_down", "critical", dict(ev, confirmed=True)), None, True
+    if trailing == 1:
+        return (_cause("engine_down", "warning", dict(ev, confirmed=False)),
+                {"id": "engine_down", "engine": None, "seconds_left": 0.0}, False)
+    return _cause("probe_errors", "warning", ev), None, False
 
 
-def _infer_cap(queued):
-    """Without a configured cap: running stayed at one value >= 1 while requests waited."""
-    if len(queued) < 2:
+def _engine_ids(snaps):
+    ids = []
+    for snap in snaps:
+        for e in (snap.get("engines") or {"0": None}):
+            if e not in ids:
+                ids.append(e)
+    return ids
+
+
+def _engine_series(snaps, engine):
+    """The engine's views, oldest first, with each sample's time (a sample without per-engine
+    views is one engine's view itself)."""
+    out = []
+    for snap in snaps:
+        engines = snap.get("engines")
+        if engines:
+            view = engines.get(engine)
+            if view is None:
+                continue
+            view = dict(view, time=snap["time"])
+            view.setdefault("version", snap.get("version"))
+        elif engine == "0":
+            view = snap
+        else:
+            continue
+        out.append(view)
+    return out
+
+
+def _pinned(values, cap):
+    """At the cap in at least half the samples (gauges dip between steps)."""
+    hits = sum(1 for v in values if v >= cap)
+    return bool(values) and hits * 2 >= len(values)
+
+
+def _free_blocks(view):
+    blocks, used = view.get("num_gpu_blocks"), view.get("used_blocks_estimate")
+    if not blocks or used is None:
         return None
-    top = max(s.get("requests_running") or 0 for s in queued)
-    if top < 1:
+    return max(blocks - 1 - used, 0)
+
+
+def _mean_prompt(first, last):
+    """Mean prompt tokens of the requests that finished prefill: in the window when any did,
+    else over the server's life (vllm:request_prompt_tokens; the counters as a fallback)."""
+    d_sum = _delta(first, last, "request_prompt_tokens_sum")
+    d_cnt = _delta(first, last, "request_prompt_tokens_count")
+    if d_cnt:
+        return d_sum / float(d_cnt) if d_sum is not None else None
+    if last.get("request_prompt_tokens_count"):
+        return last.get("request_prompt_tokens_sum", 0) / float(last["request_prompt_tokens_count"])
+    fin = _delta(first, last, "requests_finished_total")
+    prompt = _delta(first, last, "prompt_tokens_total")
+    if fin and prompt is not None:
+        return prompt / float(fin)
+    return None
+
+
+def _cache_size(view, limits):
+    """The cache in tokens and in sequences (of max_model_len when given)."""
+    blocks, size = view.get("num_gpu_blocks"), view.get("block_size")
+    if not blocks or not size:
+        return {}
+    tokens = blocks * size
+    out = {"cache_tokens": tokens, "cache_blocks": blocks}
+    if limits.get("max_model_len"):
+        out["sequences_of_max_model_len"] = tokens // limits["max_model_len"]
+    return out
+
+
+def _distinct(series):
+    """The series with each run of identical readings (no step between them) kept once."""
+    out = [series[0]]
+    for view in series[1:]:
+        if any(view.get(f) != out[-1].get(f) for f in _PROGRESS):
+            out.append(view)
+    return out
+
+
+def _no_progress(series):
+    """Seconds of the trailing run in which nothing an engine step moves has changed and work
+    was pending throughout (0.0 when the last two samples differ or nothing is pending)."""
+    if len(series) < 2 or not _pending_work(series[-1]):
+        return 0.0
+    k = len(series) - 1
+    while (k > 0 and _pending_work(series[k - 1])
+           and all(series[k - 1].get(f) == series[k].get(f) for f in _PROGRESS)):
+        k -= 1
+    return series[-1]["time"] - series[k]["time"]
+
+
+def _minor(version):
+    """'0.32.0+cpu' -> (0, 32); None when it cannot be read."""
+    try:
+        major, minor = str(version).split("+")[0].split(".")[:2]
+        return int(major), int(minor)
+    except (ValueError, TypeError):
         return None
-    at_top = sum(1 for s in queued if (s.get("requests_running") or 0) == top)
-    return top if at_top >= 2 and at_top * 2 >= len(queued) else None
 
 
-def _extra_sequences(snap):
-    """How many more sequences of the running ones' average size the free blocks would hold."""
-    blocks, used, running = (snap.get("num_gpu_blocks"), snap.get("used_blocks_estimate"),
-                             snap.get("requests_running"))
-    if not blocks or used is None or not running or used <= 0:
-        return None
-    return int((blocks - 1 - used) / (float(used) / running))
+def _hol_advice(version):
+    """The remedy that works on this version.
+
+    From 0.26 (checked to 0.33) a waiting request is admitted only when its whole prompt fits in
+    free blocks (SchedulerConfig.scheduler_reserve_full_isl, default on; kv_cache_manager.py), so
+    a bigger token budget cannot clear the head; before, only the first chunk had to fit.
+    """
+    minor = _minor(version)
+    if minor is not None and minor >= (0, 26):
+        return ("vLLM %s admits a waiting request only when its whole prompt fits in free "
+                "blocks, so --max-num-batched-tokens cannot clear it: lower --max-model-len, "
+                "route long prompts to their own instances, or admit on the first chunk with "
+                "--no-scheduler-reserve-full-isl (more preemptions under pressure)." % version)
+    return ("The head request needs room for its first chunk: raise --max-num-batched-tokens "
+            "or set --long-prefill-token-threshold, lower --max-model-len, or route long prompts "
+            "to their own instances.")
 
 
-def diagnose(snapshots, max_num_seqs=None, thresholds=None):
-    """Snapshots (oldest first, with rates) -> {'verdict', 'state', 'causes', 'window'}."""
-    th = dict(DEFAULT_THRESHOLDS)
-    th.update(dict((k, v) for k, v in (thresholds or {}).items() if v is not None))
-    causes = []
-    down = _engine_down(snapshots)
-    if down:
-        # Other rules read a live engine; a dead one can serve frozen metrics (facts §4).
-        return _result([down], None, snapshots)
+def _engine_causes(series, engine, th, limits):
+    """The causes of one engine's window: (causes, state, pending)."""
+    first, last = series[0], series[-1]
+    model = last.get("model")
+    where = {"engine": engine, "model": model}
+    causes, pending = [], []
+    n = len(series)
 
-    first, last = snapshots[0], snapshots[-1]
-    window = last["time"] - first["time"]
-    deltas = dict((f, _delta(first, last, f)) for f, _n in _RATES) if len(snapshots) > 1 else {}
-    usage = [s["kv_cache_usage"] for s in snapshots if s.get("kv_cache_usage") is not None]
+    def d(field):
+        return _delta(first, last, field) if n > 1 else None
+
+    if _n(last.get("engines_sleeping")) >= 1:
+        # vllm:engine_sleep_state awake=0: put to sleep on purpose (--enable-sleep-mode); no
+        # step runs, which is not a stall and not something a restart should "cure".
+        return [], "sleeping", []
+
+    usage = [v["kv_cache_usage"] for v in series if v.get("kv_cache_usage") is not None]
     max_usage = max(usage) if usage else None
-    queued = [s for s in snapshots if _queued(s)]
-    sustained = len(queued) * 2 >= len(snapshots) and bool(queued)
-    preempting = (deltas.get("preemptions_total") or 0) > 0
     near_full = max_usage is not None and max_usage >= th["kv_usage_high"]
+    # A frozen engine repeats one reading: count it once. A queue is sustained when most
+    # readings and the latest show it.
+    readings = _distinct(series)
+    cap_queue = [v for v in readings if _cap_waiting(v) >= 1]
+    sustained = _cap_waiting(readings[-1]) >= 1 and len(cap_queue) * 2 >= len(readings)
+    running = [_n(v.get("requests_running")) for v in series]
+    preempted, finished = d("preemptions_total"), d("requests_finished_total")
+    prompt, gen = d("prompt_tokens_total"), d("generation_tokens_total")
+    base = dict(where, kv_cache_usage_max=max_usage,
+                requests_waiting=[v.get("requests_waiting") for v in series],
+                requests_running=[v.get("requests_running") for v in series])
+    size = _cache_size(last, limits)
 
-    base = {"kv_cache_usage_max": max_usage,
-            "requests_waiting": [s.get("requests_waiting") for s in snapshots],
-            "requests_running": [s.get("requests_running") for s in snapshots]}
-
-    if near_full and (sustained or preempting):
-        ev = dict(base, kv_usage_high=th["kv_usage_high"],
-                  preemptions_in_window=deltas.get("preemptions_total"),
-                  waiting_capacity=[s.get("waiting_capacity") for s in snapshots],
-                  num_gpu_blocks=last.get("num_gpu_blocks"),
-                  used_blocks_estimate=last.get("used_blocks_estimate"))
-        causes.append(_cause("kv_cache_exhausted", "critical" if preempting else "warning", ev))
-
+    # --- the engine made no step for the whole trailing run
+    quiet = _no_progress(series)
     stalled = False
-    gen, prompt = deltas.get("generation_tokens_total"), deltas.get("prompt_tokens_total")
-    if (len(snapshots) >= 2 and len(queued) == len(snapshots) and window >= th["stall_seconds"]
-            and gen == 0 and prompt in (0, None)):
+    if quiet >= th["stall_seconds"]:
         stalled = True
         causes.append(_cause("admission_stall", "critical", dict(
-            base, window_seconds=round(window, 2), generation_tokens_in_window=gen,
-            prompt_tokens_in_window=prompt,
-            waiting_deferred=[s.get("waiting_deferred") for s in snapshots])))
+            base, seconds_without_progress=round(quiet, 2),
+            stall_seconds=th["stall_seconds"],
+            waiting_deferred=[v.get("waiting_deferred") for v in series]),
+            "No token, step or gauge moved for %.0f s with %d request(s) pending."
+            % (quiet, _n(last.get("requests_running")) + _n(last.get("requests_waiting")))))
+    elif quiet > 0:
+        # may be one long prefill step: keep sampling rather than guess
+        pending.append(dict(where, id="admission_stall",
+                            seconds_left=round(th["stall_seconds"] - quiet, 2)))
 
-    if sustained and not near_full and not stalled:
-        cap, inferred = max_num_seqs, False
-        if cap is None:
-            cap, inferred = _infer_cap(queued), True
-        if cap is not None and _pinned(queued, cap):
-            causes.append(_cause("concurrency_cap", "warning", dict(
-                base, max_num_seqs=cap, cap_inferred=inferred,
-                estimated_extra_sequences=_extra_sequences(last))))
-        else:
-            free = None
-            if last.get("num_gpu_blocks") and last.get("used_blocks_estimate") is not None:
-                free = last["num_gpu_blocks"] - 1 - last["used_blocks_estimate"]
-            causes.append(_cause("head_of_line_blocking", "warning", dict(
-                base, max_num_seqs=max_num_seqs, free_blocks_estimate=free,
-                block_size=last.get("block_size"))))
+    # --- cache really full
+    if near_full and (sustained or _n(preempted) > 0):
+        ratio = round(preempted / float(max(_n(finished), 1)), 4) if preempted else 0.0
+        critical = (_n(preempted) >= th["min_preemptions"]
+                    and ratio >= th["preemption_ratio_unhealthy"])
+        ev = dict(base, kv_usage_high=th["kv_usage_high"], preemptions_in_window=preempted,
+                  finished_in_window=finished, preemptions_per_finished=ratio,
+                  min_preemptions=th["min_preemptions"],
+                  preemption_ratio_unhealthy=th["preemption_ratio_unhealthy"],
+                  waiting_capacity=[v.get("waiting_capacity") for v in series],
+                  num_gpu_blocks=last.get("num_gpu_blocks"),
+                  used_blocks_estimate=last.get("used_blocks_estimate"), **size)
+        advice = None
+        if size.get("cache_tokens"):
+            advice = "The cache holds %d tokens (%d blocks of %s)%s." % (
+                size["cache_tokens"], size["cache_blocks"], last.get("block_size"),
+                (", %d sequence(s) of --max-model-len %d" % (
+                    size["sequences_of_max_model_len"], limits["max_model_len"]))
+                if "sequences_of_max_model_len" in size else "")
+        causes.append(_cause("kv_cache_exhausted", "critical" if critical else "warning", ev,
+                             advice))
 
-    rejected = deltas.get("admission_rejections_total")
-    if rejected:
-        causes.append(_cause("admission_rejections", "warning", {
-            "rejections_in_window": rejected,
-            "per_second": round(rejected / window, 4) if window > 0 else None}))
+    # --- deferred requests (not capacity)
+    deferred = [_n(v.get("waiting_deferred")) for v in series]
+    deferred_max = max(deferred) if deferred else 0
+    flowing_in = _n(prompt) > 0
+    starved = gen is not None and _n(gen) <= 0.05 * _n(prompt)
+    if deferred_max >= th["deferred_deadlock_min"] and flowing_in and starved:
+        causes.append(_cause("deferred_deadlock", "critical", dict(
+            base, waiting_deferred=deferred, prompt_tokens_in_window=prompt,
+            generation_tokens_in_window=gen,
+            prefix_cache_hit_rate=[v.get("prefix_cache_hit_rate") for v in series],
+            deferred_deadlock_min=th["deferred_deadlock_min"])))
+    elif sum(1 for x in deferred if x >= 1) * 2 >= n and deferred_max >= 1:
+        causes.append(_cause("deferred_backlog", "warning", dict(
+            base, waiting_deferred=deferred)))
 
-    errors = deltas.get("request_errors_total")
+    # --- requests wait for capacity while the cache has room: which scheduler limit?
+    # (not while the whole window is one frozen reading: a step in progress tells nothing yet)
+    frozen = quiet > 0 and quiet >= last["time"] - first["time"]
+    if sustained and not near_full and not stalled and not frozen:
+        causes.append(_queue_cause(series, first, last, base, running, limits, size))
+
+    # --- request outcomes
+    errors, aborts = d("request_errors_total"), d("request_aborts_total")
     if errors:
-        finished = deltas.get("requests_finished_total") or errors
-        ratio = round(float(errors) / finished, 4)
-        causes.append(_cause(
-            "request_errors", "critical" if ratio >= th["error_ratio_unhealthy"] else "warning",
-            {"errors_in_window": errors, "finished_in_window": finished, "error_ratio": ratio,
-             "error_ratio_unhealthy": th["error_ratio_unhealthy"]}))
+        ratio = round(errors / float(max(_n(finished), errors)), 4)
+        critical = errors >= th["min_request_errors"] and ratio >= th["error_ratio_unhealthy"]
+        causes.append(_cause("request_errors", "critical" if critical else "warning", dict(
+            where, errors_in_window=errors, aborts_in_window=aborts,
+            finished_in_window=finished, error_ratio=ratio,
+            min_request_errors=th["min_request_errors"],
+            error_ratio_unhealthy=th["error_ratio_unhealthy"])))
+    if aborts and aborts >= th["min_request_errors"]:
+        ratio = round(aborts / float(max(_n(finished), aborts)), 4)
+        if ratio >= th["error_ratio_unhealthy"]:
+            causes.append(_cause("request_aborts", "warning", dict(
+                where, aborts_in_window=aborts, finished_in_window=finished, abort_ratio=ratio)))
 
-    invalid = _invalid_metrics(snapshots)
+    idle = all(not _pending_work(v) for v in series) and not gen
+    return causes, "idle" if idle else "serving", pending
+
+
+def _queue_cause(series, first, last, base, running, limits, size):
+    """Requests wait for capacity, the cache has room: name the limit, with numbers."""
+    cap, active = limits.get("max_num_seqs"), limits.get("max_num_active_seqs")
+    budget = limits.get("max_num_batched_tokens")
+    free = _free_blocks(last)
+    block = last.get("block_size")
+    free_tokens = free * block if free is not None and block else None
+    mean_prompt = _mean_prompt(first, last)
+    ev = dict(base, max_num_seqs=cap, free_blocks_estimate=free, free_tokens_estimate=free_tokens,
+              block_size=block, mean_prompt_tokens=round(mean_prompt, 1) if mean_prompt else None,
+              **size)
+    run_now = _n(last.get("requests_running"))
+    used = last.get("used_blocks_estimate")
+    extra = None
+    if free is not None and used and run_now:
+        # sequences of the running ones' mean size that the free blocks would still hold
+        extra = int(free / (float(used) / run_now))
+    ev["estimated_extra_sequences"] = extra
+
+    if active and (cap is None or active < cap) and _pinned(running, active):
+        ev["max_num_active_seqs"] = active
+        return _cause("active_seq_cap", "warning", ev,
+                      "The engine runs %d of --max-num-active-seqs %d%s." % (
+                          run_now, active, (" and the free blocks hold about %d more; try "
+                                            "--max-num-active-seqs %d" % (extra, active + extra))
+                          if extra else ""))
+    if cap is not None and _pinned(running, cap):
+        ev["cap_known"] = True
+        advice = "The engine runs %d of --max-num-seqs %d." % (run_now, cap)
+        if extra:
+            advice += (" Its free blocks hold about %d more sequence(s) of the running ones' "
+                       "size: --max-num-seqs %d would use them." % (extra, cap + extra))
+        return _cause("concurrency_cap", "warning", ev, advice)
+    steps = _delta(first, last, "engine_steps_total")
+    batched = _delta(first, last, "batched_tokens_total")
+    if budget and steps and batched is not None:
+        per_step = batched / float(steps)
+        ev.update(max_num_batched_tokens=budget, tokens_per_step=round(per_step, 1))
+        if per_step >= 0.9 * budget:
+            return _cause("token_budget", "warning", ev,
+                          "Steps carried %.0f tokens on average against a budget of %d."
+                          % (per_step, budget))
+    if cap is None:
+        # No cap given: do not call a flat `running` a cap; weigh the free blocks against the
+        # size of recent prompts.
+        ev["cap_known"] = False
+        if free_tokens is not None and mean_prompt:
+            if free_tokens >= mean_prompt:
+                ev["likely_limit"] = "max_num_seqs"
+                ev["why"] = ("the free blocks hold %d tokens, room for %d prompt(s) of the recent "
+                             "mean size (%.0f tokens), yet requests wait: a scheduler limit "
+                             "(most often --max-num-seqs) holds them"
+                             % (free_tokens, free_tokens // mean_prompt, mean_prompt))
+                return _cause("concurrency_cap", "warning", ev,
+                              "Pass max_num_seqs to the gate to confirm; with %d running, "
+                              "--max-num-seqs is probably %d." % (run_now, max(running)))
+            ev["likely_limit"] = "free_blocks"
+            ev["why"] = ("the free blocks hold %d tokens, less than a prompt of the recent mean "
+                         "size (%.0f tokens)" % (free_tokens, mean_prompt))
+        else:
+            ev["likely_limit"] = None
+            ev["why"] = "no cap given and no prompt sizes seen: the limit cannot be told apart"
+    return _cause("head_of_line_blocking", "warning", ev, _hol_advice(last.get("version")))
+
+
+def _rejections(snaps):
+    """Queue-limit rejections: counted by the API server (no engine label)."""
+    readable = [s for s in snaps if not _is_down(s)]
+    if len(readable) < 2:
+        return None
+    first, last = readable[0], readable[-1]
+    rejected = _delta(first, last, "admission_rejections_total")
+    if not rejected:
+        return None
+    window = last["time"] - first["time"]
+    by_reason = {}
+    before = first.get("admission_rejections_by_reason") or {}
+    for reason, value in (last.get("admission_rejections_by_reason") or {}).items():
+        grew = value - before.get(reason, 0)
+        if grew > 0:
+            by_reason[reason] = grew
+    flags = [_QUEUE_FLAGS.get(r, r) for r in sorted(by_reason)]
+    advice = ("The limit that fired: %s. Raise it, or add capacity so the queue drains faster."
+              % ", ".join("%s (%d rejected)" % (f, by_reason[r])
+                          for f, r in zip(flags, sorted(by_reason)))) if by_reason else None
+    return _cause("admission_rejections", "warning", {
+        "rejections_in_window": rejected, "by_reason": by_reason,
+        "per_second": round(rejected / window, 4) if window > 0 else None}, advice)
+
+
+def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None):
+    """Snapshots (oldest first, with rates) -> {'verdict', 'state', 'causes', 'window_seconds',
+    'engines', 'pending'}.
+
+    limits: the scheduler settings /metrics does not show (LIMIT_NAMES); max_num_seqs is kept
+    as its own argument for callers that know only that one.
+    """
+    th = dict(DEFAULT_THRESHOLDS)
+    th.update(dict((k, v) for k, v in (thresholds or {}).items() if v is not None))
+    lim = dict((k, v) for k, v in (limits or {}).items() if v)
+    if max_num_seqs:
+        lim["max_num_seqs"] = max_num_seqs
+    down_cause, down_pending, outage = _availability(snapshots)
+    if outage:
+        # Other rules read a live engine; a dead one can serve frozen metrics (facts §4).
+        return _result([down_cause], None, snapshots, {}, [])
+    causes = [down_cause] if down_cause else []
+    pending = [down_pending] if down_pending else []
+    readable = [s for s in snapshots if not _is_down(s)]
+    engines = {}
+    for engine in _engine_ids(readable):
+        series = _engine_series(readable, engine)
+        if not series:
+            continue
+        found, state, waiting = _engine_causes(series, engine, th, lim)
+        engines[engine] = {"model": series[-1].get("model"), "state": state,
+                           "verdict": _verdict(found)}
+        causes.extend(found)
+        pending.extend(waiting)
+    rejected = _rejections(snapshots)
+    if rejected:
+        causes.append(rejected)
+    invalid = _invalid_metrics(readable)
     if invalid:
         causes.append(invalid)
-
-    idle = (all(not s.get("requests_running") and not _queued(s) for s in snapshots)
-            and not gen)
-    return _result(causes, "idle" if idle else "serving", snapshots, window)
+    states = set(e["state"] for e in engines.values())
+    state = ("serving" if "serving" in states else "sleeping" if "sleeping" in states
+             else "idle")
+    # critical first; the order found within a severity
+    causes.sort(key=lambda c: _SEVERITY_ORDER[c["severity"]])
+    return _result(causes, state, snapshots, engines, pending)
 
 
 def _invalid_metrics(snapshots):
@@ -260,11 +605,13 @@ def _invalid_metrics(snapshots):
         "fields": sorted(set(str(e.get("field")) for e in listed)), "invalid": listed[:20]})
 
 
-def _result(causes, state, snapshots, window=None):
+def _verdict(causes):
     severities = set(c["severity"] for c in causes)
-    verdict = ("unhealthy" if "critical" in severities
-               else "degraded" if severities else "healthy")
-    if window is None and len(snapshots) > 1:
-        window = snapshots[-1]["time"] - snapshots[0]["time"]
-    return {"verdict": verdict, "state": state, "causes": causes,
-            "window_seconds": round(window, 2) if window is not None else 0.0}
+    return ("unhealthy" if "critical" in severities
+            else "degraded" if severities else "healthy")
+
+
+def _result(causes, state, snapshots, engines, pending):
+    window = snapshots[-1]["time"] - snapshots[0]["time"] if len(snapshots) > 1 else 0.0
+    return {"verdict": _verdict(causes), "state": state, "causes": causes,
+            "window_seconds": round(window, 2), "engines": engines, "pending": pending}

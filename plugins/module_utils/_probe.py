@@ -35,7 +35,8 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_metrics import 
 __all__ = ["BodyTooLarge", "DeadlineExceeded", "FetchError", "LIMITS", "MAX_BODY_BYTES",
            "MAX_WINDOW_SECONDS", "ProbeError", "Response", "check_encoding", "check_range",
            "check_url", "check_window", "read_body", "redact_url", "redirect_refused", "sample",
-           "sample_window", "scrub", "snapshot", "unreachable_snapshot", "with_deadline"]
+           "sample_until_decided", "sample_window", "scrub", "snapshot", "unreachable_snapshot",
+           "with_deadline"]
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 # option -> (lowest, lowest allowed itself, highest, how the lower bound reads)
@@ -269,13 +270,16 @@ def unreachable_snapshot(base_url, error, clock=time.time):
 
 
 def sample(fetch, base_url, clock=time.time):
-    """A snapshot for a diagnosis window: without the per-engine and per-model views, and the
-    record of an unreadable server (engine_down) instead of an exception."""
+    """A snapshot for a diagnosis window: the per-engine views only when there are several
+    engines (one engine's view is the snapshot itself), no per-model views, and the record of an
+    unreadable server (engine_down) instead of an exception."""
     try:
         snap = snapshot(fetch, base_url, clock)
     except ProbeError as exc:
         return unreachable_snapshot(base_url, exc, clock)
-    snap.pop("engines", None)
+    engines = snap.pop("engines", None) or {}
+    if len(engines) > 1:
+        snap["engines"] = engines
     snap.pop("models", None)
     return snap
 
@@ -288,3 +292,27 @@ def sample_window(fetch, base_url, samples, interval, sleep=time.sleep, clock=ti
             sleep(max(0.0, start + i * interval - clock()))
         snaps.append(sample(fetch, base_url, clock))
     return snaps
+
+
+def sample_until_decided(fetch, base_url, samples, interval, judge, sleep=time.sleep,
+                         clock=time.time):
+    """A window of `samples`, then more samples while judge(snaps) says something is pending.
+
+    judge(snaps) -> a diagnosis with 'pending' (entries with 'seconds_left'). A window that
+    looks fine costs no more than sample_window; one that looks like a stall or an outage is
+    extended (every `interval` s, at least 1 s) until the diagnosis decides, never beyond
+    MAX_WINDOW_SECONDS. Returns (snaps, diagnosis, seconds added).
+    """
+    snaps = sample_window(fetch, base_url, samples, interval, sleep, clock)
+    result = judge(snaps)
+    step = max(float(interval), 1.0)
+    begun = clock()
+    start = snaps[0].get("time", begun)
+    while result.get("pending"):
+        left = max(p.get("seconds_left") or 0.0 for p in result["pending"])
+        if clock() + step - start > MAX_WINDOW_SECONDS:
+            break
+        sleep(min(step, max(left, 0.0)) if left > 0 else step)
+        snaps.append(sample(fetch, base_url, clock))
+        result = judge(snaps)
+    return snaps, result, round(clock() - begun, 2)

@@ -26,17 +26,21 @@ FIELDS = (
     "kv_cache_usage", "num_gpu_blocks", "block_size", "used_blocks_estimate",
     "requests_running", "requests_waiting", "waiting_capacity", "waiting_deferred",
     "requests_swapped", "preemptions_total", "admission_rejections_total",
-    "request_errors_total", "requests_finished_total", "prefix_cache_hit_rate",
-    "prefix_cache_queries_total", "prefix_cache_hits_total",
-    "prompt_tokens_total", "generation_tokens_total",
+    "request_errors_total", "request_aborts_total", "requests_finished_total",
+    "prefix_cache_hit_rate", "prefix_cache_queries_total", "prefix_cache_hits_total",
+    "prompt_tokens_total", "generation_tokens_total", "engine_steps_total",
+    "batched_tokens_total", "request_prompt_tokens_sum", "request_prompt_tokens_count",
+    "engines_sleeping", "admission_rejections_by_reason",
 )
 
 # Fields that are plain sums over groups (engines/models).
 _SUMMED = (
     "requests_running", "requests_waiting", "waiting_capacity", "waiting_deferred",
     "requests_swapped", "preemptions_total", "admission_rejections_total",
-    "request_errors_total", "requests_finished_total", "prefix_cache_queries_total",
-    "prefix_cache_hits_total", "prompt_tokens_total", "generation_tokens_total",
+    "request_errors_total", "request_aborts_total", "requests_finished_total",
+    "prefix_cache_queries_total", "prefix_cache_hits_total", "prompt_tokens_total",
+    "generation_tokens_total", "engine_steps_total", "batched_tokens_total",
+    "request_prompt_tokens_sum", "request_prompt_tokens_count", "engines_sleeping",
 )
 
 # canonical name (prefix and _total stripped) -> field, for simple one-series values.
@@ -47,8 +51,23 @@ _SIMPLE = {
     "num_preemptions": "preemptions_total",
     "prompt_tokens": "prompt_tokens_total",
     "generation_tokens": "generation_tokens_total",
+    # histogram parts (see _HISTOGRAM_PARTS): engine steps and the tokens they scheduled, and
+    # the prompt sizes of recent requests
+    "iteration_tokens:count": "engine_steps_total",
+    "iteration_tokens:sum": "batched_tokens_total",
+    "request_prompt_tokens:sum": "request_prompt_tokens_sum",
+    "request_prompt_tokens:count": "request_prompt_tokens_count",
 }
-_ERROR_REASONS = frozenset(("error", "abort"))
+# finished_reason: "error" is the engine's failure (HTTP 500), "abort" a client that went away
+# or a stop without drain (vLLM 0.32 v1/engine/__init__.py FinishReason)
+_FINISHED_AS = {"error": "request_errors_total", "abort": "request_aborts_total"}
+# the histograms whose _count/_sum are read (full name -> canonical part name)
+_HISTOGRAM_PARTS = {
+    "vllm:iteration_tokens_total_count": "iteration_tokens:count",
+    "vllm:iteration_tokens_total_sum": "iteration_tokens:sum",
+    "vllm:request_prompt_tokens_count": "request_prompt_tokens:count",
+    "vllm:request_prompt_tokens_sum": "request_prompt_tokens:sum",
+}
 # Counts and counters above this are not counts (and lose integer precision as floats).
 MAX_COUNT = 2 ** 53
 # Gauges read as a share 0..1 (the V0 hit-rate gauge also writes -1 for "prefix caching off").
@@ -58,7 +77,9 @@ _FEEDS = {
     "kv_cache_usage_perc": ("kv_cache_usage",),
     "gpu_cache_usage_perc": ("kv_cache_usage",),
     "admission_rejections": ("admission_rejections_total",),
-    "request_success": ("requests_finished_total", "request_errors_total"),
+    "request_success": ("requests_finished_total", "request_errors_total",
+                        "request_aborts_total"),
+    "engine_sleep_state": ("engines_sleeping",),
     "prefix_cache_queries": ("prefix_cache_queries_total", "prefix_cache_hit_rate"),
     "gpu_prefix_cache_queries": ("prefix_cache_queries_total", "prefix_cache_hit_rate"),
     "prefix_cache_hits": ("prefix_cache_hits_total", "prefix_cache_hit_rate"),
@@ -68,7 +89,11 @@ _FEEDS = {
 _FEEDS.update((canon, (field,)) for canon, field in (
     ("num_requests_running", "requests_running"), ("num_requests_waiting", "requests_waiting"),
     ("num_requests_swapped", "requests_swapped"), ("num_preemptions", "preemptions_total"),
-    ("prompt_tokens", "prompt_tokens_total"), ("generation_tokens", "generation_tokens_total")))
+    ("prompt_tokens", "prompt_tokens_total"), ("generation_tokens", "generation_tokens_total"),
+    ("iteration_tokens:count", "engine_steps_total"),
+    ("iteration_tokens:sum", "batched_tokens_total"),
+    ("request_prompt_tokens:sum", "request_prompt_tokens_sum"),
+    ("request_prompt_tokens:count", "request_prompt_tokens_count")))
 # The fields the diagnosis reads; a body that gives none of them says nothing about the server.
 _CORE = ("kv_cache_usage", "num_gpu_blocks", "requests_running", "requests_waiting")
 _EXCERPT = 160
@@ -159,6 +184,8 @@ class _Invalid(object):
 
 def _canonical(name):
     """'vllm:num_preemptions_total' -> 'num_preemptions'; None for series we never read."""
+    if name in _HISTOGRAM_PARTS:
+        return _HISTOGRAM_PARTS[name]
     base = name[len("vllm:"):]
     if base.endswith("_created"):
         return None
@@ -202,11 +229,19 @@ def _extract(group_series, cache_config):
                 _add(g, "waiting_deferred", value)
         elif canon == "admission_rejections":
             _add(g, "admission_rejections_total", value)
+            reason = labels.get("reason") or "unknown"
+            by_reason = g.setdefault("_rejections_by_reason", {})
+            by_reason[reason] = by_reason.get(reason, 0) + value
         elif canon == "request_success":
             _add(g, "requests_finished_total", value)
-            # Errors are 0 (not None) once the family exists at all.
-            _add(g, "request_errors_total",
-                 value if labels.get("finished_reason") in _ERROR_REASONS else 0.0)
+            # Errors and aborts are 0 (not None) once the family exists at all.
+            for reason, field in _FINISHED_AS.items():
+                _add(g, field, value if labels.get("finished_reason") == reason else 0.0)
+        elif canon == "engine_sleep_state":
+            # one series per state; "awake" is 0 while the engine sleeps (vLLM 0.32
+            # v1/metrics/loggers.py record_sleep_state)
+            if labels.get("sleep_state") == "awake":
+                _add(g, "engines_sleeping", 1.0 if value == 0 else 0.0)
         elif canon in ("prefix_cache_queries", "gpu_prefix_cache_queries"):
             g.setdefault("_queries_by_name", {})[canon] = _finite(value)
         elif canon in ("prefix_cache_hits", "gpu_prefix_cache_hits"):
@@ -254,6 +289,12 @@ def _aggregate(groups):
     for field in _SUMMED:
         vals = [g[field] for g in groups if g.get(field) is not None]
         out[field] = _num(sum(vals)) if vals else None
+    by_reason = {}
+    for g in groups:
+        for reason, value in g.get("_rejections_by_reason", {}).items():
+            by_reason[reason] = by_reason.get(reason, 0) + value
+    if by_reason and out["admission_rejections_total"] is not None:
+        out["admission_rejections_by_reason"] = dict((r, _num(v)) for r, v in by_reason.items())
 
     with_usage = [g for g in groups if g.get("kv_cache_usage") is not None]
     # Blocks belong to an engine, not to a model name: count each engine once.
@@ -310,8 +351,11 @@ def _fields_of(canon, labels):
     if canon == "num_requests_waiting_by_reason":
         return {"capacity": ("waiting_capacity",),
                 "deferred": ("waiting_deferred",)}.get(labels.get("reason"), ())
-    if canon == "request_success" and labels.get("finished_reason") not in _ERROR_REASONS:
-        return ("requests_finished_total",)
+    if canon == "request_success":
+        return ("requests_finished_total",) + tuple(
+            f for r, f in _FINISHED_AS.items() if labels.get("finished_reason") == r)
+    if canon == "engine_sleep_state":
+        return ("engines_sleeping",) if labels.get("sleep_state") == "awake" else ()
     return _FEEDS.get(canon, ())
 
 
@@ -439,14 +483,19 @@ def normalize(samples):
                     "%d vllm: series" % len(series), "")
     view["invalid"] = invalid.as_list()
 
+    model_names = sorted(set(k[0] for k in groups))
     engine_ids = sorted(set(k[1] for k in groups if k[1] is not None), key=_engine_sort_key)
     if engine_ids:
         view["engines"] = dict(
             (e, _aggregate([g for k, g in groups.items() if k[1] == e])) for e in engine_ids)
+        for e, engine_view in view["engines"].items():
+            engine_view["model"] = ", ".join(sorted(set(
+                k[0] for k in groups if k[1] == e and k[0]))) or None
     else:
         # V0 has one engine and no engine label.
         view["engines"] = {"0": _aggregate(list(groups.values()))}
-    model_names = sorted(set(k[0] for k in groups))
+        view["engines"]["0"]["model"] = ", ".join(m for m in model_names if m) or None
+    view["model"] = ", ".join(m for m in model_names if m) or None
     view["models"] = dict(
         (m, _aggregate([g for k, g in groups.items() if k[0] == m])) for m in model_names)
     return view

@@ -146,6 +146,11 @@ def build(instances, settings):
                 "if a proxy in front of it authenticates."
                 % (where, repr(bind) if bind else "every interface (no --host)", prefix, prefix, prefix))
         seqs = _int_or_none(flag_value(argv, "--max-num-seqs"))
+        # the scheduler settings /metrics does not show, for the gate's diagnosis
+        limits = dict((flag[2:].replace("-", "_"), _int_or_none(flag_value(argv, flag)))
+                      for flag in ("--max-num-batched-tokens", "--max-num-active-seqs",
+                                   "--max-model-len"))
+        limits["max_num_seqs"] = seqs
         drain = _int_or_none(flag_value(argv, "--shutdown-timeout")) or 0
 
         environment = dict(settings.get("environment") or {})
@@ -172,6 +177,7 @@ def build(instances, settings):
             "url": url,
             "argv": argv,
             "max_num_seqs": seqs,
+            "limits": limits,
             "drain_seconds": drain,
             "gpu_memory_utilization": float(gmu) if gmu not in _UNSET else None,
             "cuda_visible_devices": cuda,
@@ -179,6 +185,7 @@ def build(instances, settings):
             "env_file": env_file,
             # what the host program, the monitor, the restart guard and the playbooks read back
             "record": {"name": name, "unit": unit, "url": url, "port": port, "bind": bind,
-                       "max_num_seqs": seqs, "drain_seconds": drain, "env_file": env_file},
+                       "max_num_seqs": seqs, "limits": limits, "drain_seconds": drain,
+                       "env_file": env_file},
         })
     return out, warnings

@@ -40,7 +40,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # noqa: E402
     LIMITS, MAX_BODY_BYTES, DeadlineExceeded, FetchError, Response, check_encoding, check_range,
     check_url, check_window, read_body, redact_url, redirect_refused, sample as probe_sample,
-    sample_window, scrub, unreachable_snapshot, with_deadline)
+    sample_until_decided, scrub, unreachable_snapshot, with_deadline)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._textfile import render  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import (  # noqa: E402
     sustained_causes, trends)
@@ -194,15 +194,22 @@ def take(url, api_key=None, timeout=10):
     return probe_sample(fetch, url)
 
 
-def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, timeout=10):
+def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, timeout=10,
+             limits=None):
+    """The gate as cache_gate runs it: a window, extended while it looks like a stall or an
+    outage until decided."""
     error = (check_range("samples", samples) or check_range("interval", interval)
              or check_window(samples, interval) or check_range("timeout", timeout))
     if error:
         raise ValueError(error)
-    snaps = sample_window(make_fetcher(url, timeout, api_key), url, samples, interval)
-    add_rates(snaps)
-    result = diagnose(snaps, max_num_seqs=max_num_seqs)
+
+    def judge(snaps):
+        return diagnose(add_rates(snaps), max_num_seqs=max_num_seqs, limits=limits)
+
+    snaps, result, extended = sample_until_decided(
+        make_fetcher(url, timeout, api_key), url, samples, interval, judge)
     result["samples"] = snaps
+    result["extended_seconds"] = extended
     return result
 
 
@@ -351,9 +358,16 @@ def restart_one(cfg, inst):
         log(INFO, "%s: not restarting: the unit is %s (stopped, not failed); the guard never "
             "starts a stopped unit" % (unit, state.get("ActiveState")))
         return "skipped"
+    # put to sleep on purpose (--enable-sleep-mode): a restart would wake it with a cold cache
+    now = take(inst["url"], os.environ.get("VLLM_API_KEY"))
+    if (now.get("engines_sleeping") or 0) >= 1:
+        log(INFO, "%s: not restarting: the engine is sleeping (vllm:engine_sleep_state); the "
+            "guard never restarts a sleeping engine" % unit)
+        return "skipped"
     if cfg.get("mode") == "when_degraded":
         result = run_gate(inst["url"], cfg.get("gate_samples", 3), cfg.get("gate_interval", 2),
-                          inst.get("max_num_seqs"), os.environ.get("VLLM_API_KEY"))
+                          inst.get("max_num_seqs"), os.environ.get("VLLM_API_KEY"),
+                          limits=inst.get("limits"))
         found = [c["id"] for c in result["causes"]]
         curing = [c for c in found if c in cfg.get("causes", [])]
         if not curing:
@@ -501,7 +515,7 @@ def _sample_one(cfg, inst, history, window):
     now = take(inst["url"], os.environ.get("VLLM_API_KEY"))
     add_rates(([dict(past[-1])] if past else []) + [now])
     recent = since_last_down([dict(h) for h in past[-(window - 1):]] + [now])
-    diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"))
+    diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"), limits=inst.get("limits"))
     found_trends, sustained = history_findings(cfg, past, now, diagnosis)
     line = dict(now, instance=inst["name"], verdict=diagnosis["verdict"],
                 state=diagnosis["state"], cause_ids=[c["id"] for c in diagnosis["causes"]],

@@ -10,23 +10,31 @@ from ansible_collections.kvfleet.vllm.tests.unit import fixtures
 
 BASE = dict(healthy=True, kv_cache_usage=0.1, num_gpu_blocks=1001, used_blocks_estimate=100,
             block_size=16, requests_running=0, requests_waiting=0, waiting_deferred=0,
-            waiting_capacity=0, preemptions_total=0, admission_rejections_total=0,
-            request_errors_total=0, requests_finished_total=100, prompt_tokens_total=1000,
-            generation_tokens_total=5000)
+            preemptions_total=0, admission_rejections_total=0, request_errors_total=0,
+            request_aborts_total=0, requests_finished_total=100, prompt_tokens_total=1000,
+            generation_tokens_total=5000, engine_steps_total=50, batched_tokens_total=6000)
+COUNTERS = ("preemptions_total", "admission_rejections_total", "request_errors_total",
+            "request_aborts_total", "requests_finished_total", "prompt_tokens_total",
+            "generation_tokens_total", "engine_steps_total", "batched_tokens_total")
+
+
+def _rows(rows, step, state=None):
+    snaps, state = [], dict(state or BASE)
+    for i, row in enumerate(rows):
+        row = dict(row)
+        for counter in COUNTERS:
+            state[counter] += row.pop("+" + counter.replace("_total", ""), 0)
+        snap = dict(state, time=1000.0 + i * step)
+        snap.update(row)
+        # vLLM: the waiting gauge is capacity + deferred (loggers.py, 0.26+)
+        snap.setdefault("waiting_capacity", snap["requests_waiting"] - snap["waiting_deferred"])
+        snaps.append(snap)
+    return snaps
 
 
 def window(*rows, step=2.0):
     """Snapshots from per-sample overrides; counters given as increments are accumulated."""
-    snaps, state = [], dict(BASE)
-    for i, row in enumerate(rows):
-        row = dict(row)
-        for counter in ("preemptions_total", "admission_rejections_total", "request_errors_total",
-                        "requests_finished_total", "prompt_tokens_total", "generation_tokens_total"):
-            state[counter] += row.pop("+" + counter.replace("_total", ""), 0)
-        snap = dict(state, time=1000.0 + i * step)
-        snap.update(row)
-        snaps.append(snap)
-    return add_rates(snaps)
+    return add_rates(_rows(rows, step))
 
 
 def ids(result):
@@ -35,7 +43,9 @@ def ids(result):
 
 def test_idle_is_healthy_and_idle():
     r = diagnose(window({}, {}, {}))
-    assert r == {"verdict": "healthy", "state": "idle", "causes": [], "window_seconds": 4.0}
+    assert r == {"verdict": "healthy", "state": "idle", "causes": [], "window_seconds": 4.0,
+                 "engines": {"0": {"model": None, "state": "idle", "verdict": "healthy"}},
+                 "pending": []}
 
 
 def test_serving_without_queue_is_healthy_serving():
@@ -44,24 +54,57 @@ def test_serving_without_queue_is_healthy_serving():
     assert (r["verdict"], r["state"], r["causes"]) == ("healthy", "serving", [])
 
 
-def test_engine_down_from_error_or_health():
-    snaps = window({}, {})
-    snaps.append({"time": 1004.0, "healthy": False, "error": "cannot read http://x/metrics: refused"})
-    r = diagnose(snaps)
+DOWN = {"healthy": False, "error": "cannot read http://x/metrics: timed out"}
+
+
+def test_engine_down_needs_the_latest_two_samples_or_most():
+    r = diagnose(window({}, dict(DOWN), dict(DOWN)))
     assert ids(r) == ["engine_down"] and r["verdict"] == "unhealthy" and r["state"] is None
-    assert "refused" in r["causes"][0]["evidence"]["error"]
+    assert "timed out" in r["causes"][0]["evidence"]["error"]
+    assert r["causes"][0]["evidence"]["confirmed"] is True
     r = diagnose(window({"healthy": False, "health_status": 503}))
-    assert ids(r) == ["engine_down"]
+    assert ids(r) == ["engine_down"] and r["verdict"] == "unhealthy"
     assert r["causes"][0]["evidence"]["health_status"] == 503
+    r = diagnose(window(dict(DOWN), {}, dict(DOWN), {}, dict(DOWN)))  # 3 of 5
+    assert ids(r) == ["engine_down"] and r["verdict"] == "unhealthy"
 
 
-def test_kv_exhausted_with_preemptions_is_critical():
+def test_one_unreadable_sample_of_three_is_not_an_outage():
+    # Old rule: any down sample -> engine_down, critical (a /health timeout under load).
+    busy = {"requests_running": 4, "kv_cache_usage": 0.3, "+generation_tokens": 200}
+    r = diagnose(window(busy, dict(DOWN), busy))
+    assert ids(r) == ["probe_errors"] and r["verdict"] == "degraded"
+    assert r["state"] == "serving" and r["pending"] == []
+
+
+def test_one_trailing_unreadable_sample_is_unconfirmed_and_pending():
+    busy = {"requests_running": 4, "kv_cache_usage": 0.3, "+generation_tokens": 200}
+    r = diagnose(window(busy, busy, dict(DOWN)))
+    assert ids(r) == ["engine_down"] and r["verdict"] == "degraded"
+    assert r["causes"][0]["evidence"]["confirmed"] is False
+    assert [p["id"] for p in r["pending"]] == ["engine_down"]
+
+
+def test_kv_exhausted_with_sustained_preemptions_is_critical():
     full = {"kv_cache_usage": 0.98, "requests_running": 8, "requests_waiting": 6,
-            "waiting_capacity": 6, "+preemptions": 3, "+generation_tokens": 300}
-    r = diagnose(window(full, full, full), max_num_seqs=128)
+            "+preemptions": 3, "+requests_finished": 1, "+generation_tokens": 300}
+    r = diagnose(window(full, full, full), max_num_seqs=128, limits={"max_model_len": 4096})
     assert ids(r) == ["kv_cache_exhausted"]
     assert r["verdict"] == "unhealthy"
-    assert r["causes"][0]["evidence"]["preemptions_in_window"] == 6
+    ev = r["causes"][0]["evidence"]
+    assert ev["preemptions_in_window"] == 6 and ev["preemptions_per_finished"] == 3.0
+    assert ev["engine"] == "0"
+    # advice with numbers: 1001 blocks x 16 tokens, 3 sequences of 4096
+    assert "16016 tokens" in r["causes"][0]["advice"]
+    assert "3 sequence(s) of --max-model-len 4096" in r["causes"][0]["advice"]
+
+
+def test_one_preemption_at_high_usage_is_a_warning():
+    # Old rule: one preemption with usage >= 0.9 -> critical.
+    full = {"kv_cache_usage": 0.93, "requests_running": 8, "+requests_finished": 5,
+            "+generation_tokens": 300}
+    r = diagnose(window(full, dict(full, **{"+preemptions": 1}), full))
+    assert ids(r) == ["kv_cache_exhausted"] and r["verdict"] == "degraded"
 
 
 def test_kv_full_with_queue_but_no_preemption_is_a_warning():
@@ -71,63 +114,179 @@ def test_kv_full_with_queue_but_no_preemption_is_a_warning():
     assert ids(r) == ["kv_cache_exhausted"] and r["verdict"] == "degraded"
 
 
-def test_concurrency_cap_with_known_cap_tolerates_dips():
+def test_concurrency_cap_with_known_cap_tolerates_dips_and_gives_numbers():
     # Gauges dip between engine steps: running 2, 2, 1 was seen on a capped real server.
-    rows = [{"requests_running": n, "requests_waiting": 20, "waiting_capacity": 20,
-             "kv_cache_usage": 0.02, "used_blocks_estimate": 20, "+generation_tokens": 500}
+    rows = [{"requests_running": n, "requests_waiting": 20, "kv_cache_usage": 0.02,
+             "used_blocks_estimate": 20, "+generation_tokens": 500}
             for n in (2, 2, 1)]
     r = diagnose(window(*rows), max_num_seqs=2)
     assert ids(r) == ["concurrency_cap"]
     cause = r["causes"][0]
-    assert cause["evidence"]["cap_inferred"] is False and cause["evidence"]["max_num_seqs"] == 2
-    assert "--max-num-seqs" in cause["advice"] and r["verdict"] == "degraded"
+    assert cause["evidence"]["cap_known"] is True and cause["evidence"]["max_num_seqs"] == 2
+    assert r["verdict"] == "degraded"
     # last sample: 1 running holding 20 blocks; 1000 - 20 free blocks hold 49 more like it
-    assert cause["evidence"]["estimated_extra_sequences"] == int((1000 - 20) / 20.0)
-    assert "kv_cache_exhausted" not in ids(r)
+    assert cause["evidence"]["estimated_extra_sequences"] == 49
+    assert "--max-num-seqs 51 would use them" in cause["advice"]
 
 
-def test_concurrency_cap_inferred_without_max_num_seqs():
+def test_without_a_cap_a_flat_running_is_not_called_a_cap_when_blocks_are_short():
+    # Old rule inferred a cap of 1 from running flat at 1 -> concurrency_cap; the real limit is
+    # that the free blocks cannot hold the head request's prompt.
+    rows = [{"requests_running": 1, "requests_waiting": 5, "kv_cache_usage": 0.85,
+             "used_blocks_estimate": 850, "+generation_tokens": 40}] * 3
+    snaps = window(*rows)
+    for snap in snaps:
+        snap.update(request_prompt_tokens_sum=9000 * 10, request_prompt_tokens_count=10)
+    r = diagnose(snaps)
+    assert ids(r) == ["head_of_line_blocking"]
+    ev = r["causes"][0]["evidence"]
+    assert ev["likely_limit"] == "free_blocks" and ev["cap_known"] is False
+    assert ev["free_tokens_estimate"] == 150 * 16 and ev["mean_prompt_tokens"] == 9000
+
+
+def test_without_a_cap_room_for_prompts_points_to_the_seq_cap():
     rows = [{"requests_running": 4, "requests_waiting": 9, "kv_cache_usage": 0.2,
-             "+generation_tokens": 100}] * 3
+             "used_blocks_estimate": 200, "+generation_tokens": 100,
+             "+requests_finished": 2, "+prompt_tokens": 400}] * 3
     r = diagnose(window(*rows))
     assert ids(r) == ["concurrency_cap"]
-    assert r["causes"][0]["evidence"]["cap_inferred"] is True
-    assert r["causes"][0]["evidence"]["max_num_seqs"] == 4
+    ev = r["causes"][0]["evidence"]
+    assert ev["cap_known"] is False and ev["likely_limit"] == "max_num_seqs"
+    assert "200 tokens" in ev["why"]  # 800 prompt tokens over 4 finished requests
 
 
-def test_head_of_line_blocking_when_below_cap_with_free_blocks():
+def test_head_of_line_blocking_when_below_cap_with_free_blocks_version_advice():
     # A long prompt waits for room; small requests finish and nothing new is admitted.
     rows = [{"requests_running": n, "requests_waiting": 7, "kv_cache_usage": u,
-             "used_blocks_estimate": int(u * 1000), "+generation_tokens": 50}
+             "used_blocks_estimate": int(u * 1000), "+generation_tokens": 50,
+             "version": "0.32.0"}
             for n, u in ((6, 0.36), (3, 0.25), (1, 0.18))]
     r = diagnose(window(*rows), max_num_seqs=128)
     assert ids(r) == ["head_of_line_blocking"]
     assert r["causes"][0]["evidence"]["free_blocks_estimate"] == 1000 - 180
+    advice = r["causes"][0]["advice"]
+    # 0.26+: the whole prompt must fit; a bigger token budget cannot clear it
+    assert "cannot clear it" in advice and "--no-scheduler-reserve-full-isl" in advice
+    for row in rows:
+        row["version"] = "0.10.2"
+    r = diagnose(window(*rows), max_num_seqs=128)
+    assert "raise --max-num-batched-tokens" in r["causes"][0]["advice"]
 
 
-def test_admission_stall_waiting_and_no_tokens():
-    # vLLM 0.27: usage ~20%, hundreds deferred, /health 200, nothing generated.
+def test_token_budget_is_named_not_head_of_line():
+    rows = [{"requests_running": 3, "requests_waiting": 12, "kv_cache_usage": 0.2,
+             "+generation_tokens": 30, "+engine_steps": 20, "+batched_tokens": 20 * 510}] * 3
+    r = diagnose(window(*rows), max_num_seqs=128, limits={"max_num_batched_tokens": 512})
+    assert ids(r) == ["token_budget"]
+    assert r["causes"][0]["evidence"]["tokens_per_step"] == 510.0
+    assert "512" in r["causes"][0]["advice"]
+
+
+def test_active_seq_cap_is_named_not_head_of_line():
+    rows = [{"requests_running": 8, "requests_waiting": 30, "kv_cache_usage": 0.2,
+             "used_blocks_estimate": 200, "+generation_tokens": 300}] * 3
+    r = diagnose(window(*rows), max_num_seqs=128, limits={"max_num_active_seqs": 8})
+    assert ids(r) == ["active_seq_cap"]
+    assert "--max-num-active-seqs" in r["causes"][0]["advice"]
+
+
+def test_deferred_requests_are_not_capacity():
+    # Old rule counted deferred waiting as a queue for capacity -> concurrency_cap.
+    rows = [{"requests_running": 4, "requests_waiting": 10, "waiting_deferred": 10,
+             "kv_cache_usage": 0.2, "+generation_tokens": 300}] * 3
+    r = diagnose(window(*rows), max_num_seqs=4)
+    assert ids(r) == ["deferred_backlog"] and r["verdict"] == "degraded"
+
+
+def test_deferred_deadlock_with_prompt_tokens_flowing_is_critical():
+    # Old rule wanted both counters at 0 and missed it: prefill still counted, nothing decoded.
+    rows = [{"requests_running": 2, "requests_waiting": 300, "waiting_deferred": 300,
+             "kv_cache_usage": 0.2, "+prompt_tokens": 5000, "+generation_tokens": 3,
+             "prefix_cache_hit_rate": h} for h in (0.6, 0.3, 0.05)]
+    r = diagnose(window(*rows))
+    assert ids(r) == ["deferred_deadlock"] and r["verdict"] == "unhealthy"
+    assert r["causes"][0]["evidence"]["prefix_cache_hit_rate"] == [0.6, 0.3, 0.05]
+
+
+def test_long_prefill_is_not_a_stall_and_asks_for_more_samples():
+    # Old rule: 4 s without a token while requests wait -> admission_stall, critical. One prefill
+    # step of a long prompt holds every counter and gauge still until it ends.
+    held = {"requests_running": 1, "requests_waiting": 3, "kv_cache_usage": 0.3}
+    r = diagnose(window(held, held, held))
+    assert ids(r) == [] and r["verdict"] == "healthy"
+    assert r["pending"] == [{"id": "admission_stall", "engine": "0", "model": None,
+                             "seconds_left": 56.0}]
+    # the step ends: prompt tokens counted at the first token, usage moves -> decided, no stall
+    done = {"requests_running": 4, "requests_waiting": 0, "kv_cache_usage": 0.5,
+            "+prompt_tokens": 4000, "+generation_tokens": 4, "+engine_steps": 1}
+    r = diagnose(window(held, held, held, held, held, done))
+    assert ids(r) == [] and r["pending"] == []
+
+
+def test_stall_for_stall_seconds_is_critical():
     stuck = {"requests_running": 0, "requests_waiting": 300, "waiting_deferred": 300,
              "kv_cache_usage": 0.2}
-    r = diagnose(window(stuck, stuck, stuck))
-    assert ids(r) == ["admission_stall"] and r["verdict"] == "unhealthy"
-    assert r["causes"][0]["evidence"]["generation_tokens_in_window"] == 0
+    r = diagnose(window(*[stuck] * 4, step=21.0))
+    assert "admission_stall" in ids(r) and r["verdict"] == "unhealthy"
+    assert r["causes"][0]["evidence"]["seconds_without_progress"] == 63.0
 
 
-def test_short_window_is_not_a_stall():
-    stuck = {"requests_running": 0, "requests_waiting": 3, "kv_cache_usage": 0.2}
-    r = diagnose(window(stuck, stuck, step=1.0))  # 1 s < stall_seconds (3 s)
-    assert "admission_stall" not in ids(r)
+def test_sleeping_engine_is_not_a_stall():
+    asleep = {"requests_waiting": 2, "engines_sleeping": 1}
+    r = diagnose(window(*[asleep] * 4, step=30.0))
+    assert (r["verdict"], r["state"], r["causes"], r["pending"]) == (
+        "healthy", "sleeping", [], [])
 
 
-def test_rejections_and_errors():
-    r = diagnose(window({}, {"+admission_rejections": 4, "+requests_finished": 10,
-                             "+request_errors": 1, "+generation_tokens": 10}))
-    assert ids(r) == ["admission_rejections", "request_errors"]
-    assert r["verdict"] == "degraded"
-    assert r["causes"][1]["evidence"]["error_ratio"] == 0.1
-    r = diagnose(window({}, {"+requests_finished": 4, "+request_errors": 4}))
+def test_rejections_name_the_queue_limit():
+    snaps = window({}, {"+admission_rejections": 4, "+generation_tokens": 10})
+    snaps[0]["admission_rejections_by_reason"] = {"max_num_queued_reqs": 0}
+    snaps[1]["admission_rejections_by_reason"] = {"max_num_queued_reqs": 4}
+    r = diagnose(snaps)
+    assert ids(r) == ["admission_rejections"] and r["verdict"] == "degraded"
+    assert r["causes"][0]["evidence"]["by_reason"] == {"max_num_queued_reqs": 4}
+    assert "--max-num-queued-reqs (4 rejected)" in r["causes"][0]["advice"]
+
+
+def test_few_errors_are_a_warning_and_aborts_are_not_errors():
+    # Old rule: 1 abort of 2 finished -> request_errors, critical.
+    r = diagnose(window({}, {"+requests_finished": 2, "+request_aborts": 1,
+                             "+generation_tokens": 10}))
+    assert ids(r) == [] and r["verdict"] == "healthy"
+    r = diagnose(window({}, {"+requests_finished": 2, "+request_errors": 1,
+                             "+generation_tokens": 10}))
+    assert ids(r) == ["request_errors"] and r["verdict"] == "degraded"
+    r = diagnose(window({}, {"+requests_finished": 5, "+request_errors": 4}))
     assert r["verdict"] == "unhealthy" and r["causes"][0]["severity"] == "critical"
+    r = diagnose(window({}, {"+requests_finished": 6, "+request_aborts": 5}))
+    assert ids(r) == ["request_aborts"] and r["verdict"] == "degraded"
+
+
+def _two_engines(e0_rows, e1_rows, step=2.0):
+    e0, e1 = _rows(e0_rows, step), _rows(e1_rows, step)
+    snaps = []
+    for a, b in zip(e0, e1):
+        a["model"] = b["model"] = "big"
+        snaps.append({"time": a["time"], "healthy": True, "version": "0.32.0",
+                      "kv_cache_usage": (a["kv_cache_usage"] + b["kv_cache_usage"]) / 2,
+                      "requests_running": a["requests_running"] + b["requests_running"],
+                      "requests_waiting": a["requests_waiting"] + b["requests_waiting"],
+                      "engines": {"0": a, "1": b}})
+    return add_rates(snaps)
+
+
+def test_two_engines_are_diagnosed_each_on_its_own():
+    # Old rules saw summed running (8 of a cap of 8) and mean usage 0.49: concurrency_cap with
+    # "raise --max-num-seqs" while engine 0 preempts at 0.97.
+    hot = {"kv_cache_usage": 0.97, "requests_running": 8, "requests_waiting": 5,
+           "+preemptions": 4, "+requests_finished": 1, "+generation_tokens": 100}
+    cold = {"kv_cache_usage": 0.0}
+    r = diagnose(_two_engines([hot] * 3, [cold] * 3), max_num_seqs=8)
+    assert ids(r) == ["kv_cache_exhausted"] and r["verdict"] == "unhealthy"
+    assert r["causes"][0]["evidence"]["engine"] == "0"
+    assert r["causes"][0]["evidence"]["model"] == "big"
+    assert r["engines"]["1"] == {"model": "big", "state": "idle", "verdict": "healthy"}
+    assert r["engines"]["0"]["verdict"] == "unhealthy"
 
 
 def test_transient_queue_is_not_a_cause():
@@ -186,8 +345,10 @@ def test_real_capped_server():
     r = diagnose(_real("cap2"), max_num_seqs=2)
     assert ids(r) == ["concurrency_cap"]
     assert "kv_cache_exhausted" not in ids(r)
-    r = diagnose(_real("cap2"))  # the cap is inferred from running pinned at 2
-    assert ids(r) == ["concurrency_cap"] and r["causes"][0]["evidence"]["max_num_seqs"] == 2
+    # without the cap: the free blocks hold many prompts of the recorded mean size
+    r = diagnose(_real("cap2"))
+    assert ids(r) == ["concurrency_cap"]
+    assert r["causes"][0]["evidence"]["likely_limit"] == "max_num_seqs"
 
 
 def test_real_busy_server_is_healthy():

@@ -111,5 +111,6 @@ def test_invalid_metrics_joins_other_causes_and_never_hides_a_worse_one():
     result = diagnose(snaps, max_num_seqs=2)
     assert [c["id"] for c in result["causes"]] == ["concurrency_cap", "invalid_metrics"]
     assert result["verdict"] == "degraded"
-    snaps[-1] = {"time": snaps[-1]["time"], "healthy": False, "error": "refused"}
+    for i in (-2, -1):  # the latest two samples down: an outage, whatever else was seen
+        snaps[i] = {"time": snaps[i]["time"], "healthy": False, "error": "refused"}
     assert diagnose(snaps)["verdict"] == "unhealthy"

@@ -25,7 +25,9 @@ def test_v0_old_names_without_engine_label():
     assert v["preemptions_total"] == 7
     assert v["prompt_tokens_total"] == 1200           # counter exposed without _total
     assert v["generation_tokens_total"] == 3400
-    assert v["request_errors_total"] == 2 and v["requests_finished_total"] == 17
+    # a client's abort is not an engine error: separate fields
+    assert v["request_errors_total"] == 0 and v["request_aborts_total"] == 2
+    assert v["requests_finished_total"] == 17
     assert v["prefix_cache_hit_rate"] is None         # V0 gauge is -1: prefix caching off
     # not exposed by V0: null, never 0
     for field in ("waiting_capacity", "waiting_deferred", "admission_rejections_total",
@@ -60,7 +62,9 @@ def test_two_engines_sum_and_block_weighted_usage():
     assert (v["waiting_capacity"], v["waiting_deferred"]) == (2, 1)
     assert v["preemptions_total"] == 3                # _created series are not added
     assert v["admission_rejections_total"] == 6       # no engine label, summed over reasons
-    assert v["request_errors_total"] == 3 and v["requests_finished_total"] == 53
+    assert v["request_errors_total"] == 1 and v["request_aborts_total"] == 2
+    assert v["requests_finished_total"] == 53
+    assert v["engines"]["0"]["request_errors_total"] == 1 and v["engines"]["1"]["request_aborts_total"] == 2
     assert v["prefix_cache_hit_rate"] is None         # no query yet
     assert v["engines"]["0"]["requests_running"] == 4
     assert v["engines"]["1"]["kv_cache_usage"] == 0.8
@@ -107,8 +111,14 @@ def test_real_captures_match_the_raw_text(name):
                                          reason="capacity")
     assert v["preemptions_total"] == _raw(text, "vllm:num_preemptions_total")
     assert v["generation_tokens_total"] == _raw(text, "vllm:generation_tokens_total")
-    errors = sum(_raw(text, "vllm:request_success_total", finished_reason=r) for r in ("error", "abort"))
-    assert v["request_errors_total"] == errors
+    assert v["request_errors_total"] == _raw(text, "vllm:request_success_total",
+                                             finished_reason="error")
+    assert v["request_aborts_total"] == _raw(text, "vllm:request_success_total",
+                                             finished_reason="abort")
+    assert v["engine_steps_total"] == _raw(text, "vllm:iteration_tokens_total_count")
+    assert v["request_prompt_tokens_sum"] == _raw(text, "vllm:request_prompt_tokens_sum")
+    assert v["engines_sleeping"] == (1 - _raw(text, "vllm:engine_sleep_state",
+                                              sleep_state="awake"))
     # --kv-cache-memory-bytes of the recorded server / (32 tokens x 1 KiB per token here)
     kv_bytes = int(re.search(r"--kv-cache-memory-bytes (\d+)", entry["server_argv"]).group(1))
     assert v["num_gpu_blocks"] == kv_bytes // (32 * 1024)

@@ -50,7 +50,10 @@ def test_unreachable_is_engine_down_and_fails(run_module):
     ({"samples": 0}, "samples must be 1 or more"),
     ({"interval": -1}, "interval must be 0 or more"),
     ({"max_num_seqs": 0}, "max_num_seqs must be 1 or more"),
-    ({"thresholds": {"kv_usage_high": 1.5}}, "thresholds.kv_usage_high must be in (0, 1]"),
+    ({"thresholds": {"kv_usage_high": 1.5}}, "thresholds.kv_usage_high must be more than 0, at most 1"),
+    ({"thresholds": {"stall_seconds": 0}}, "thresholds.stall_seconds must be more than 0 seconds"),
+    ({"thresholds": {"min_preemptions": 0}}, "thresholds.min_preemptions must be 1 or more"),
+    ({"max_num_batched_tokens": 0}, "max_num_batched_tokens must be 1 or more"),
     ({"fail_on": ["sick"]}, "fail_on"),
 ])
 def test_bad_options_fail_before_any_request(run_module, args, text):

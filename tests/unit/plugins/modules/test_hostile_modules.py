@@ -75,8 +75,8 @@ def test_a_deeply_nested_version_document_is_no_version(run_module):
     (cache_gate, {"interval": 1e6}, "interval must be 0 or more seconds, at most 3600"),
     (cache_gate, {"samples": 10 ** 9, "interval": 0}, "samples must be 1 or more, at most 1000"),
     (cache_gate, {"samples": 1000, "interval": 3600}, "samples x interval must stay within 3600 s"),
-    (cache_gate, {"thresholds": {"stall_seconds": float("nan")}}, "thresholds.stall_seconds must be 0 or more"),
-    (cache_gate, {"thresholds": {"stall_seconds": float("inf")}}, "thresholds.stall_seconds must be 0 or more"),
+    (cache_gate, {"thresholds": {"stall_seconds": float("nan")}}, "thresholds.stall_seconds must be more than 0 seconds"),
+    (cache_gate, {"thresholds": {"stall_seconds": float("inf")}}, "thresholds.stall_seconds must be more than 0 seconds"),
     (cache_gate, {"timeout": float("inf")}, "timeout must be a positive number of seconds"),
 ], ids=["timeout-inf", "timeout-nan", "timeout-1e9", "max-body-0", "interval-inf", "interval-nan",
         "interval-1e6", "samples-1e9", "window-too-long", "stall-nan", "stall-inf", "gate-timeout-inf"])

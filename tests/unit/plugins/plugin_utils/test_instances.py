@@ -41,7 +41,10 @@ def test_defaults_give_loopback_unit_url_cap_drain_and_record():
     assert inst["env_file"] == "/etc/vllm/main.env"
     assert inst["record"] == {"name": "main", "unit": "vllm-main.service", "url": "http://127.0.0.1:8000",
                               "port": 8000, "bind": "127.0.0.1", "max_num_seqs": 4,
-                              "drain_seconds": 20, "env_file": "/etc/vllm/main.env"}
+                              "drain_seconds": 20, "env_file": "/etc/vllm/main.env",
+                              "limits": {"max_num_seqs": 4, "max_model_len": 1024,
+                                         "max_num_batched_tokens": None,
+                                         "max_num_active_seqs": None}}
     assert "--preemption-mode" not in inst["argv"]   # dropped for 0.32 (with a warning)
 
 
