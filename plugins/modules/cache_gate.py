@@ -292,7 +292,7 @@ def main():
             samples=dict(type="int", default=3),
             interval=dict(type="float", default=2.0),
             max_num_seqs=dict(type="int"),
-            max_num_batched_tokens=dict(type="int"),
+            max_num_batched_tokens=dict(type="int", no_log=False),
             max_num_active_seqs=dict(type="int"),
             max_model_len=dict(type="int"),
             extend=dict(type="bool", default=True),

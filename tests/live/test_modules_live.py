@@ -58,8 +58,13 @@ def test_max_num_seqs_2_under_load_is_concurrency_cap_not_exhaustion(server_fact
         assert "concurrency_cap" in ids, result
         assert "kv_cache_exhausted" not in ids
         assert result["verdict"] == "degraded"
-    assert inferred[1]["causes"][0]["evidence"]["cap_inferred"] is True
+    # without the cap, the free blocks are weighed against the prompts the server really saw
+    evidence = inferred[1]["causes"][0]["evidence"]
+    assert evidence["cap_known"] is False and evidence["likely_limit"] == "max_num_seqs", evidence
     assert "--max-num-seqs" in known[1]["causes"][0]["advice"]
+    assert known[1]["causes"][0]["evidence"]["engine"] == "0"
+    # a server that is plainly serving costs no extension
+    assert known[1]["extended_seconds"] == 0.0 and known[1]["pending"] == []
 
 
 def test_stopped_server_is_engine_down(server_factory):
