@@ -64,6 +64,8 @@ _PROGRESS = ("prompt_tokens_total", "generation_tokens_total", "requests_finishe
              "request_aborts_total", "kv_cache_usage", "requests_running", "requests_waiting",
              "waiting_deferred")
 _SEVERITY_ORDER = {"critical": 0, "warning": 1}
+# tokens per step, per running sequence, above which steps are prefill-bound, not decode-bound
+_PREFILL_HEAVY = 4
 # admission_rejections{reason} -> the flag that set the limit (vLLM 0.32 v1/engine/async_llm.py)
 _QUEUE_FLAGS = {"max_num_queued_reqs": "--max-num-queued-reqs",
                 "max_num_queued_tokens": "--max-num-queued-tokens"}
@@ -319,7 +321,7 @@ def _no_progress(series):
 def _minor(version):
     """'0.32.0+cpu' -> (0, 32); None when it cannot be read."""
     try:
-        major, minor = str(version).split("+")[0].split(".")[:2]
+        major, minor = str(version).split("+", 1)[0].split(".")[:2]
         return int(major), int(minor)
     except (ValueError, TypeError):
         return None
@@ -489,13 +491,29 @@ def _queue_cause(series, first, last, base, running, limits, size):
         return _cause("concurrency_cap", "warning", ev, advice)
     steps = _delta(first, last, "engine_steps_total")
     batched = _delta(first, last, "batched_tokens_total")
-    if budget and steps and batched is not None:
-        per_step = batched / float(steps)
-        ev.update(max_num_batched_tokens=budget, tokens_per_step=round(per_step, 1))
+    per_step = batched / float(steps) if steps and batched is not None else None
+    if per_step is not None:
+        ev["tokens_per_step"] = round(per_step, 1)
+    if budget and per_step is not None:
+        ev["max_num_batched_tokens"] = budget
         if per_step >= 0.9 * budget:
+            ev["budget_known"] = True
             return _cause("token_budget", "warning", ev,
                           "Steps carried %.0f tokens on average against a budget of %d."
                           % (per_step, budget))
+    room = free_tokens is None or not mean_prompt or free_tokens >= mean_prompt
+    if (not budget and per_step is not None and room
+            and per_step >= _PREFILL_HEAVY * max(max(running), 1)):
+        # Decode adds one token per running sequence and step; steps carrying many times more
+        # are prefill chunks cut to a budget (a capture: 63 tokens per step, 7 running, 40
+        # waiting, 10% usage under --max-num-batched-tokens 64).
+        ev.update(budget_known=False, likely_limit="max_num_batched_tokens",
+                  why="steps carry %.0f tokens each, %.0f times the %d running sequences: "
+                      "prefill chunks cut to a token budget, while the cache has room"
+                      % (per_step, per_step / max(max(running), 1), max(running)))
+        return _cause("token_budget", "warning", ev,
+                      "Pass max_num_batched_tokens to the gate to confirm; the budget is "
+                      "probably about %.0f tokens." % per_step)
     if cap is None:
         # No cap given: do not call a flat `running` a cap; weigh the free blocks against the
         # size of recent prompts.
