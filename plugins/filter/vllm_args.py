@@ -18,7 +18,7 @@ description:
   - Invalid values fail with the variable, the value and what is allowed (block sizes per device
     and version, C(gpu_memory_utilization) in (0, 1], ports, ...).
   - C(api_key) and C(hf_token) are refused, since secrets do not belong on a command line.
-  - C(extra_args) are checked too: a flag the version lacks (C(--num-scheduler-steps) after
+  - C(extra_args) are checked too. A flag the version lacks (C(--num-scheduler-steps) after
     0.10.0, C(--disable-log-requests) after 0.16, ...) is left out with a warning.
 options:
   _input:

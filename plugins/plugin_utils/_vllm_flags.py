@@ -5,8 +5,10 @@
 """Which vLLM command-line flags a version and device accept, and their valid values.
 
 Rendering a flag that the installed vLLM rejects kills the server at start-up (exit 2,
-"unrecognized arguments"), so every option is checked against this table first. Sources:
-the vLLM 0.11.0, 0.12.0 and 0.33.0 sources and a real 0.32.0 CPU server (docs/vllm-versions.md).
+"unrecognized arguments"), so every option is checked first: against the installed vLLM's own
+parser (the manifest roles/server/files/vllm_flag_manifest.py writes) when the caller has it,
+else against this table. Sources: the vLLM sources of 0.8.0 to 0.33.0 and a real 0.32.0 CPU
+server (docs/vllm-versions.md lists the releases).
 """
 
 from __future__ import annotations
@@ -97,7 +99,8 @@ def _bool(value, _ver, _dev):
 
 
 # The parser's choices (vllm/engine/arg_utils.py, vllm/config*.py BlockSize): 0.8.0 lists
-# 8-128; 0.8.5-0.11 Literal[1 ... 128]; 0.12-0.17 adds 256; from 0.18 any positive integer
+# 8-128; 0.8.5-0.11.0 Literal[1 ... 128]; 0.11.2-0.17 add 256 (0.11.1 not checked); from 0.18
+# any positive integer
 # (SkipValidation[int], later Field(gt=0)) and the attention backend decides.
 _CUDA_BLOCKS_080 = (8, 16, 32, 64, 128)
 _CUDA_BLOCKS_011 = (1, 8, 16, 32, 64, 128)
@@ -108,21 +111,26 @@ def _block_size(value, version, device):
     if not _is_int(value) or value < 1:
         return None, "must be a positive integer"
     if device == "cpu":
-        # vllm/platforms/cpu.py 0.8.5-0.11: without intel_extension_for_pytorch only 16
-        if version < (0, 12):
+        # vllm/platforms/cpu.py 0.8.5-0.11.0: without intel_extension_for_pytorch only 16
+        # (0.11.1 not checked; 0.11.2 has no such rule)
+        if version < (0, 11, 2):
             if value != 16:
-                return None, ("vLLM CPU before 0.12 accepts only 16 without "
+                return None, ("vLLM CPU before 0.11.2 accepts only 16 without "
                               "intel_extension_for_pytorch (vllm/platforms/cpu.py)")
             return str(value), None
-        if value % 32:
-            return None, ("the CPU attention backend needs a multiple of 32 (32, 64, 96, ...); "
-                          "16 and 8 make the engine die at start-up")
+        # the CPU attention backend's kernel sizes (vllm/v1/attention/backends/cpu_attn.py):
+        # MultipleOf(16) in 0.27-0.28, MultipleOf(32) from 0.29; none before (only a warning)
+        multiple = 32 if version >= (0, 29) else 16 if version >= (0, 27) else 1
+        if value % multiple:
+            return None, ("the CPU attention backend of vLLM %s needs a multiple of %d; other "
+                          "sizes make the engine die at start-up"
+                          % (".".join(str(p) for p in version), multiple))
         return str(value), None
     if version >= (0, 18):
         return str(value), None
     if version < (0, 8, 5):
         allowed = _CUDA_BLOCKS_080
-    elif version < (0, 12):
+    elif version < (0, 11, 2):
         allowed = _CUDA_BLOCKS_011
     else:
         allowed = _CUDA_BLOCKS_012

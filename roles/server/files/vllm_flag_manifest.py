@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 # Copyright (c) kvfleet.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
@@ -26,8 +25,8 @@ import time
 
 MANIFEST_FORMAT = 1
 
-# Where make_arg_parser lives, newest first: 0.8-0.30 vllm.entrypoints.openai.cli_args,
-# 0.31-0.32 vllm.entrypoints.launchers.cli_args, 0.33 vllm.entrypoints.common.cli_args.
+# Where make_arg_parser lives, newest first: 0.8-0.28 vllm.entrypoints.openai.cli_args,
+# 0.29-0.32 vllm.entrypoints.launchers.cli_args, 0.33 vllm.entrypoints.common.cli_args.
 _PARSER_MODULES = (
     "vllm.entrypoints.common.cli_args",
     "vllm.entrypoints.launchers.cli_args",

@@ -55,11 +55,13 @@ def test_shutdown_timeout_from_018(version, present):
     ("cpu", "0.32.0", 16, False), ("cpu", "0.32.0", 8, False),
     ("cuda", "0.11.0", 16, True), ("cuda", "0.11.0", 128, True), ("cuda", "0.11.0", 256, False),
     ("cuda", "0.12.0", 256, True), ("cuda", "0.17.0", 24, False), ("cuda", "0.8.0", 1, False),
-    ("cuda", "0.8.5", 1, True),
+    ("cuda", "0.8.5", 1, True), ("cuda", "0.11.2", 256, True),
     # from 0.18 the parser takes any positive integer; the attention backend decides
     ("cuda", "0.18.0", 24, True), ("cuda", "0.32.0", 512, True), ("cuda", "0.32.0", 0, False),
     # vllm/platforms/cpu.py 0.8.5-0.11: 16 only without intel_extension_for_pytorch
-    ("cpu", "0.8.5", 16, True), ("cpu", "0.11.0", 32, False),
+    ("cpu", "0.8.5", 16, True), ("cpu", "0.11.0", 32, False), ("cpu", "0.26.0", 16, True),
+    # the CPU backend's kernel sizes: MultipleOf(16) in 0.27-0.28, MultipleOf(32) from 0.29
+    ("cpu", "0.28.0", 16, True), ("cpu", "0.28.0", 8, False), ("cpu", "0.29.0", 16, False),
 ])
 def test_block_size_per_device_and_version(device, version, size, ok):
     config = dict(model="m", block_size=size)
