@@ -18,6 +18,8 @@ description:
   - Invalid values fail with the variable, the value and what is allowed (block sizes per device
     and version, C(gpu_memory_utilization) in (0, 1], ports, ...).
   - C(api_key) and C(hf_token) are refused, since secrets do not belong on a command line.
+  - C(extra_args) are checked too. A flag the version lacks (C(--num-scheduler-steps) after
+    0.10.0, C(--disable-log-requests) after 0.16, ...) is left out with a warning.
 options:
   _input:
     description:
@@ -43,6 +45,24 @@ options:
     description: Added to messages in parentheses, for example an instance name.
     type: str
     default: ""
+  manifest:
+    description:
+      - The flag manifest of the installed vLLM (the JSON that the server role's
+        C(vllm_flag_manifest.py) writes beside the venv from vLLM's own parser). When given and
+        for the same version, it decides which flags and values (choices) are accepted, for
+        the options and C(extra_args) alike; otherwise the collection's table does.
+    type: dict
+  strict:
+    description: Fail on a flag the version does not accept instead of leaving it out with a warning.
+    type: bool
+    default: false
+  allow_v0_engine:
+    description:
+      - On vLLM 0.8 to 0.10, keep options that make vLLM fall back from the V1 engine to V0
+        (C(preemption_mode), C(--max-num-partial-prefills), ...). By default they are left out
+        with a warning.
+    type: bool
+    default: false
 """
 
 EXAMPLES = r"""
@@ -78,9 +98,11 @@ from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import (
 display = Display()
 
 
-def vllm_args(config, version, device="cuda", var_prefix="", context=""):
+def vllm_args(config, version, device="cuda", var_prefix="", context="", manifest=None,
+              strict=False, allow_v0_engine=False):
     try:
-        argv, warnings = render(config, version, device, var_prefix=var_prefix, context=context)
+        argv, warnings = render(config, version, device, var_prefix=var_prefix, context=context,
+                                manifest=manifest, strict=strict, allow_v0_engine=allow_v0_engine)
     except VllmArgsError as exc:
         raise AnsibleFilterError(str(exc))
     for warning in warnings:

@@ -68,6 +68,11 @@ def _int_or_none(value):
         return None
 
 
+def _bool(value):
+    # role settings arrive templated: "True"/"False" strings as often as booleans
+    return value is True or str(value).strip().lower() in ("true", "yes", "1", "on")
+
+
 def _no_newline(where, value):
     # the value is not echoed: environment values may be secrets
     if "\n" in str(value) or "\r" in str(value):
@@ -80,7 +85,8 @@ def build(instances, settings):
 
     `settings` holds the role's shared values: version, device, options (the role's flag
     variables, vllm_server_options already merged over them), extra_args, port (default),
-    environment, config_dir, api_key_set, allow_unauthenticated, var_prefix.
+    environment, config_dir, api_key_set, allow_unauthenticated, var_prefix, and optionally
+    flag_manifest (the installed vLLM's, read back by the role), strict_flags, allow_v0_engine.
     """
     prefix = settings.get("var_prefix", "vllm_server_")
     if not isinstance(instances, list) or not instances:
@@ -122,7 +128,10 @@ def build(instances, settings):
         options = dict((k, v) for k, v in options.items() if v not in _UNSET)
         try:
             argv, warns = render(options, settings["version"], settings.get("device", "cuda"),
-                                 var_prefix=prefix, context="instance " + name)
+                                 var_prefix=prefix, context="instance " + name,
+                                 manifest=settings.get("flag_manifest") or None,
+                                 strict=_bool(settings.get("strict_flags")),
+                                 allow_v0_engine=_bool(settings.get("allow_v0_engine")))
         except VllmArgsError as exc:
             raise InstanceError(str(exc))
         warnings.extend(warns)

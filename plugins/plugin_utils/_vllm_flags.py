@@ -5,15 +5,17 @@
 """Which vLLM command-line flags a version and device accept, and their valid values.
 
 Rendering a flag that the installed vLLM rejects kills the server at start-up (exit 2,
-"unrecognized arguments"), so every option is checked against this table first. Sources:
-the vLLM 0.11.0, 0.12.0 and 0.33.0 sources and a real 0.32.0 CPU server (docs/vllm-versions.md).
+"unrecognized arguments"), so every option is checked first: against the installed vLLM's own
+parser (the manifest roles/server/files/vllm_flag_manifest.py writes) when the caller has it,
+else against this table. Sources: the vLLM sources of 0.8.0 to 0.33.0 and a real 0.32.0 CPU
+server (docs/vllm-versions.md lists the releases).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["DEVICES", "OPTIONS", "VllmArgsError", "parse_version", "render"]
+__all__ = ["DEVICES", "EXTRA_FLAGS", "OPTIONS", "VllmArgsError", "parse_version", "render"]
 
 DEVICES = ("cuda", "cpu")
 
@@ -96,6 +98,11 @@ def _bool(value, _ver, _dev):
     return value, None
 
 
+# The parser's choices (vllm/engine/arg_utils.py, vllm/config*.py BlockSize): 0.8.0 lists
+# 8-128; 0.8.5-0.11.0 Literal[1 ... 128]; 0.11.2-0.17 add 256 (0.11.1 not checked); from 0.18
+# any positive integer
+# (SkipValidation[int], later Field(gt=0)) and the attention backend decides.
+_CUDA_BLOCKS_080 = (8, 16, 32, 64, 128)
 _CUDA_BLOCKS_011 = (1, 8, 16, 32, 64, 128)
 _CUDA_BLOCKS_012 = _CUDA_BLOCKS_011 + (256,)
 
@@ -104,11 +111,29 @@ def _block_size(value, version, device):
     if not _is_int(value) or value < 1:
         return None, "must be a positive integer"
     if device == "cpu":
-        if value % 32:
-            return None, ("the CPU attention backend needs a multiple of 32 (32, 64, 96, ...); "
-                          "16 and 8 make the engine die at start-up")
+        # vllm/platforms/cpu.py 0.8.5-0.11.0: without intel_extension_for_pytorch only 16
+        # (0.11.1 not checked; 0.11.2 has no such rule)
+        if version < (0, 11, 2):
+            if value != 16:
+                return None, ("vLLM CPU before 0.11.2 accepts only 16 without "
+                              "intel_extension_for_pytorch (vllm/platforms/cpu.py)")
+            return str(value), None
+        # the CPU attention backend's kernel sizes (vllm/v1/attention/backends/cpu_attn.py):
+        # MultipleOf(16) in 0.27-0.28, MultipleOf(32) from 0.29; none before (only a warning)
+        multiple = 32 if version >= (0, 29) else 16 if version >= (0, 27) else 1
+        if value % multiple:
+            return None, ("the CPU attention backend of vLLM %s needs a multiple of %d; other "
+                          "sizes make the engine die at start-up"
+                          % (".".join(str(p) for p in version), multiple))
         return str(value), None
-    allowed = _CUDA_BLOCKS_011 if version < (0, 12) else _CUDA_BLOCKS_012
+    if version >= (0, 18):
+        return str(value), None
+    if version < (0, 8, 5):
+        allowed = _CUDA_BLOCKS_080
+    elif version < (0, 11, 2):
+        allowed = _CUDA_BLOCKS_011
+    else:
+        allowed = _CUDA_BLOCKS_012
     if value not in allowed:
         return None, "must be one of %s on CUDA" % ", ".join(str(a) for a in allowed)
     return str(value), None
@@ -116,34 +141,45 @@ def _block_size(value, version, device):
 
 # key -> flag, check, first version with it, first version without it, why it is absent.
 # Booleans render as the bare flag when true; `negative` is the flag rendered when false.
+# `v0_fallback`: on vLLM 0.8-0.10 any explicit value makes vLLM leave the V1 engine for V0
+# (EngineArgs._is_v1_supported_oracle; VLLM_USE_V1=1 makes it raise instead).
+# Rows checked against the vLLM sources, per release, unless said otherwise
+# (vllm/engine/arg_utils.py, vllm/config*.py; tools/flag_table.py extracts them).
 OPTIONS = (
     ("model", dict(flag="--model", check=_string)),
     ("served_model_name", dict(flag="--served-model-name", check=_string)),
     ("host", dict(flag="--host", check=_string)),
     ("port", dict(flag="--port", check=_int(1, 65535))),
     ("gpu_memory_utilization", dict(flag="--gpu-memory-utilization", check=_float_unit)),
-    ("kv_cache_memory_bytes", dict(flag="--kv-cache-memory-bytes", check=_size, since=(0, 11),
-                                   why="--kv-cache-memory-bytes is not in vLLM before 0.11")),
+    # CacheConfig.kv_cache_memory_bytes: first in 0.10.2 (vllm/config/cache.py), not in 0.10.1
+    ("kv_cache_memory_bytes", dict(flag="--kv-cache-memory-bytes", check=_size, since=(0, 10, 2),
+                                   why="--kv-cache-memory-bytes is not in vLLM before 0.10.2")),
     ("max_model_len", dict(flag="--max-model-len", check=_int(1))),
     ("max_num_seqs", dict(flag="--max-num-seqs", check=_int(1))),
     ("max_num_batched_tokens", dict(flag="--max-num-batched-tokens", check=_int(1))),
-    ("max_num_active_seqs", dict(flag="--max-num-active-seqs", check=_int(1), since=(0, 32),
-                                 why="not checked before vLLM 0.32")),
-    ("max_num_queued_reqs", dict(flag="--max-num-queued-reqs", check=_int(1), since=(0, 32),
-                                 why="queue limits are not checked before vLLM 0.32")),
-    ("max_num_queued_tokens", dict(flag="--max-num-queued-tokens", check=_int(1), since=(0, 32),
-                                   why="queue limits are not checked before vLLM 0.32")),
+    # SchedulerConfig.max_num_active_seqs: first in 0.31.0 (vllm/config/scheduler.py)
+    ("max_num_active_seqs", dict(flag="--max-num-active-seqs", check=_int(1), since=(0, 31),
+                                 why="--max-num-active-seqs is not in vLLM before 0.31")),
+    # SchedulerConfig.max_num_queued_reqs/_tokens: first in 0.29.0
+    ("max_num_queued_reqs", dict(flag="--max-num-queued-reqs", check=_int(1), since=(0, 29),
+                                 why="queue limits are not in vLLM before 0.29")),
+    ("max_num_queued_tokens", dict(flag="--max-num-queued-tokens", check=_int(1), since=(0, 29),
+                                   why="queue limits are not in vLLM before 0.29")),
     ("block_size", dict(flag="--block-size", check=_block_size)),
     ("preemption_mode", dict(flag="--preemption-mode", check=_choice("recompute", "swap"),
-                             until=(0, 11),
+                             until=(0, 11), v0_fallback=True,
                              why="the V1 engine (vLLM 0.11 and later) always recomputes and "
                                  "rejects --preemption-mode")),
     ("swap_space", dict(flag="--swap-space", check=_float_min0, until=(0, 18),
                         why="--swap-space was removed in vLLM 0.18")),
+    # BooleanOptionalAction (so --no-...) already in 0.8.0: V1 caches prefixes by default, and
+    # `false` must be said or caching stays on
     ("enable_prefix_caching", dict(flag="--enable-prefix-caching", check=_bool,
-                                   negative="--no-enable-prefix-caching", negative_since=(0, 9))),
+                                   negative="--no-enable-prefix-caching", negative_since=(0, 8))),
+    # 0.8.0-0.8.4: StoreBoolean (`--enable-chunked-prefill false`); BooleanOptionalAction from 0.8.5
     ("enable_chunked_prefill", dict(flag="--enable-chunked-prefill", check=_bool,
-                                    negative="--no-enable-chunked-prefill", negative_since=(0, 9))),
+                                    negative="--no-enable-chunked-prefill", negative_since=(0, 8, 5),
+                                    negative_before=["--enable-chunked-prefill", "false"])),
     ("enforce_eager", dict(flag="--enforce-eager", check=_bool)),
     ("tensor_parallel_size", dict(flag="--tensor-parallel-size", check=_int(1))),
     ("pipeline_parallel_size", dict(flag="--pipeline-parallel-size", check=_int(1))),
@@ -167,6 +203,37 @@ OPTIONS = (
 _OPTION_MAP = dict(OPTIONS)
 _SECRET_KEYS = ("api_key", "hf_token")
 
+# Flags met in extra_args that some releases lack; the table's answer when no manifest of the
+# installed vLLM is at hand. `value`: the flag takes a value (dropped with it). Checked in the
+# vLLM sources (vllm/engine/arg_utils.py) of each release named.
+EXTRA_FLAGS = {
+    # multi-step scheduling (V0): in 0.10.0, not in 0.10.1
+    "--num-scheduler-steps": dict(value=True, until=(0, 10, 1)),
+    # a no-op since the V2 block manager became the only one: in 0.9.x, not in 0.10.0
+    "--use-v2-block-manager": dict(value=False, until=(0, 10)),
+    # deprecated in 0.10.1 for --enable-log-requests; in 0.16.0, not in 0.17.0
+    "--disable-log-requests": dict(value=False, until=(0, 17),
+                                   why="requests are not logged by default; "
+                                       "--enable-log-requests (0.10.1+) turns logging on"),
+    "--enable-log-requests": dict(value=False, since=(0, 10, 1)),
+    "--no-enable-log-requests": dict(value=False, since=(0, 10, 1)),
+    # V0 chunked-prefill tuning: in 0.26.0, not in 0.27.0; non-default values force V0 on 0.8-0.10
+    "--max-num-partial-prefills": dict(value=True, until=(0, 27), v0_fallback=True),
+    "--max-long-partial-prefills": dict(value=True, until=(0, 27), v0_fallback=True),
+    # V0-only scheduling knobs: in 0.10.2, not in 0.11.0; any use forces V0 on 0.8-0.10
+    "--disable-async-output-proc": dict(value=False, until=(0, 11), v0_fallback=True),
+    "--scheduler-delay-factor": dict(value=True, until=(0, 11), v0_fallback=True),
+    "--no-enable-prefix-caching": dict(value=False, since=(0, 8)),
+    "--no-enable-chunked-prefill": dict(value=False, since=(0, 8, 5)),
+}
+for _key, _spec in OPTIONS:
+    if "since" in _spec or "until" in _spec:
+        _row = dict((k, v) for k, v in _spec.items() if k in ("since", "until", "why", "v0_fallback"))
+        _row["value"] = _spec["check"] is not _bool
+        EXTRA_FLAGS.setdefault(_spec["flag"], _row)
+# vLLM 0.8-0.10 run the V1 engine unless an option it lacks is given (then V0, or an error with
+# VLLM_USE_V1=1): EngineArgs._is_v1_supported_oracle in vllm/engine/arg_utils.py 0.8.0-0.10.2.
+_V0_FALLBACK = ((0, 8), (0, 11))
 
 _SECRET_FLAGS = ("--api-key", "--hf-token")
 
@@ -185,11 +252,74 @@ def _secret_flag(arg):
     return None
 
 
-def render(config, version, device="cuda", var_prefix="", context=""):
+def _manifest_flags(manifest, ver, version, warnings):
+    """The manifest's flags when it describes `version`, else None (with a warning if one was
+    given for another version: the table decides then)."""
+    if not manifest:
+        return None
+    flags = manifest.get("flags") if isinstance(manifest, dict) else None
+    try:
+        mver = parse_version(manifest.get("vllm_version"))
+    except (AttributeError, ValueError):
+        mver = None
+    if not isinstance(flags, dict) or mver is None:
+        warnings.append("the vLLM flag manifest is not readable (no vllm_version or flags); "
+                        "flags checked against the collection's table instead")
+        return None
+    if mver[:3] != ver[:3]:
+        warnings.append("the vLLM flag manifest describes %s, not %s; flags checked against the "
+                        "collection's table instead" % (manifest.get("vllm_version"), version))
+        return None
+    return flags
+
+
+def _lookup(flags, name):
+    """The manifest entry argparse would use for a long flag: the flag itself, or the one flag
+    it abbreviates (argparse's allow_abbrev); None when the parser would reject it."""
+    if name in flags:
+        return flags[name]
+    matches = [f for f in flags if f.startswith(name)]
+    return flags[matches[0]] if len(matches) == 1 else None
+
+
+def _normalise(arg):
+    """'--max_num_seqs=4' -> ('--max-num-seqs', '4'); FlexibleArgumentParser reads underscores
+    as dashes, and '--json-arg.key' sets a key of --json-arg."""
+    name, eq, value = arg.partition("=")
+    name = "--" + name[2:].split(".", 1)[0].replace("_", "-")
+    return name, (value if eq else None)
+
+
+def _in_range(spec, ver):
+    return not ("since" in spec and ver < spec["since"] or "until" in spec and ver >= spec["until"])
+
+
+def _table_reason(spec, version):
+    if spec.get("why"):
+        return spec["why"]
+    if "since" in spec:
+        return "not in vLLM before %s" % ".".join(str(p) for p in spec["since"])
+    return "removed in vLLM %s" % ".".join(str(p) for p in spec["until"])
+
+
+def _choice_problem(entry, value):
+    choices = (entry or {}).get("choices")
+    if choices and str(value) not in [str(c) for c in choices]:
+        return "the installed vLLM accepts only %s" % ", ".join(str(c) for c in choices)
+    return None
+
+
+def render(config, version, device="cuda", var_prefix="", context="", manifest=None,
+           strict=False, allow_v0_engine=False):
     """Options dict -> (argv list, warnings list). Raises VllmArgsError on bad input.
 
     None values are left out (so a default can be unset with null). `var_prefix` turns option
     names into the caller's variable names in messages; `context` is appended (an instance name).
+    `manifest` (what roles/server/files/vllm_flag_manifest.py wrote from the installed vLLM)
+    decides which flags and choices the version accepts; without it, the table above does.
+    A flag the version lacks is left out with a warning, or refused when `strict`. On vLLM
+    0.8-0.10, options that make vLLM fall back to the V0 engine are left out with a warning
+    unless `allow_v0_engine`.
     """
     where = (" (%s)" % context) if context else ""
 
@@ -216,6 +346,23 @@ def render(config, version, device="cuda", var_prefix="", context=""):
         fail("model", "is required (a local path or a Hugging Face model id)")
 
     argv, warnings = [], []
+    flags = _manifest_flags(manifest, ver, version, warnings)
+    source = "the installed vLLM %s" % version if flags is not None else "vLLM %s" % version
+    v0_window = _V0_FALLBACK[0] <= ver < _V0_FALLBACK[1]
+
+    def v0_hint(name):
+        return ("%s makes vLLM %s fall back from the V1 engine to V0 (or fail with "
+                "VLLM_USE_V1=1); set %sallow_v0_engine: true to use it anyway"
+                % (name, version, var_prefix))
+
+    def rejected(name, text):
+        """A flag the version does not accept: refused when strict, else left out."""
+        message = "not accepted by %s: %s" % (source, text)
+        if strict:
+            raise VllmArgsError("%s%s: %s (%sstrict_flags is on; turn it off to leave such "
+                                "flags out with a warning)" % (name, where, message, var_prefix))
+        warnings.append("%s%s left out: %s" % (name, where, message))
+
     for key, spec in OPTIONS:
         value = config.get(key)
         if value is None:
@@ -223,17 +370,37 @@ def render(config, version, device="cuda", var_prefix="", context=""):
         rendered, problem = spec["check"](value, ver, device)
         if problem:
             fail(key, "%r is not valid for vLLM %s on %s: %s" % (value, version, device, problem))
-        if "since" in spec and ver < spec["since"] or "until" in spec and ver >= spec["until"]:
-            warnings.append("%s%s%s=%r left out for vLLM %s: %s"
-                            % (var_prefix, key, where, value, version, spec["why"]))
+        label = "%s%s=%r" % (var_prefix, key, value)
+        if spec.get("v0_fallback") and v0_window and not allow_v0_engine:
+            warnings.append("%s%s left out: %s" % (label, where, v0_hint(spec["flag"])))
             continue
-        if rendered is True:
-            argv.append(spec["flag"])
-        elif rendered is False:
-            if spec.get("negative") and ver >= spec.get("negative_since", (0,)):
-                argv.append(spec["negative"])
+        if rendered is False:
+            words = []
+            if spec.get("negative"):
+                if flags is not None:
+                    words = [spec["negative"]] if spec["negative"] in flags else (
+                        spec.get("negative_before") or [])
+                elif ver >= spec.get("negative_since", (0,)):
+                    words = [spec["negative"]]
+                else:
+                    words = spec.get("negative_before") or []
+        elif rendered is True:
+            words = [spec["flag"]]
         else:
-            argv.extend([spec["flag"], rendered])
+            words = [spec["flag"], rendered]
+        if flags is not None:
+            entry = flags.get(spec["flag"])
+            if entry is None:
+                rejected(label, "the flag manifest has no %s" % spec["flag"])
+                continue
+            if rendered not in (True, False):
+                choice = _choice_problem(entry, rendered)
+                if choice:
+                    fail(key, "%r is not valid for vLLM %s: %s" % (value, version, choice))
+        elif not _in_range(spec, ver):
+            rejected(label, spec["why"])
+            continue
+        argv.extend(words)
         if key == "disable_log_stats" and value:
             warnings.append("%sdisable_log_stats%s removes the engine metrics: cache_gate and "
                             "the monitor cannot see the KV cache" % (var_prefix, where))
@@ -241,12 +408,45 @@ def render(config, version, device="cuda", var_prefix="", context=""):
     extra = config.get("extra_args") or []
     if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
         fail("extra_args", "must be a list of strings, each one command-line argument")
-    for arg in extra:
+    index = 0
+    while index < len(extra):
+        arg = extra[index]
+        index += 1
         secret = _secret_flag(arg)
         if secret:
             fail("extra_args", "%s (%s) must not be on the command line, where ps, the unit file "
                  "and logs show it; use the role's secret variables (%sapi_key, %shf_token), "
                  "which go to the 0600 environment file" % (arg.split("=", 1)[0], secret,
                                                             var_prefix, var_prefix))
-    argv.extend(extra)
+        if not arg.startswith("--") or arg == "--":
+            argv.append(arg)
+            continue
+        name, value = _normalise(arg)
+        table = EXTRA_FLAGS.get(name, {})
+        entry = _lookup(flags, name) if flags is not None else None
+        takes_value = entry.get("takes_value") if entry else table.get("value")
+        if takes_value is None:
+            # a flag nobody knows: its value is the next word unless that is a flag too
+            takes_value = index < len(extra) and not extra[index].startswith("-")
+        words = [arg]
+        if value is None and takes_value and index < len(extra):
+            value = extra[index]
+            words.append(value)
+            index += 1
+        label = "%sextra_args %s" % (var_prefix, " ".join(words))
+        if table.get("v0_fallback") and v0_window and not allow_v0_engine:
+            warnings.append("%s%s left out: %s" % (label, where, v0_hint(name)))
+            continue
+        if flags is not None:
+            if entry is None:
+                rejected(label, "the flag manifest has no %s" % name)
+                continue
+            choice = _choice_problem(entry, value) if value is not None else None
+            if choice:
+                fail("extra_args", "%s %r is not valid for vLLM %s: %s"
+                     % (name, value, version, choice))
+        elif table and not _in_range(table, ver):
+            rejected(label, _table_reason(table, version))
+            continue
+        argv.extend(words)
     return argv, warnings

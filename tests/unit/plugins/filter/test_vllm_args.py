@@ -13,8 +13,14 @@ GUIDE = dict(model="meta-llama/Meta-Llama-3.1-8B-Instruct", gpu_memory_utilizati
              enable_prefix_caching=True)
 
 
-def test_the_guides_config_on_vllm_010_keeps_preemption_mode():
-    argv, warnings = render(GUIDE, "0.10.1.1")
+@pytest.mark.parametrize("version", ["0.8.0", "0.9.2", "0.10.1.1", "0.10.2"])
+def test_preemption_mode_on_vllm_08_to_010_would_force_v0_so_it_is_left_out(version):
+    # any explicit value makes EngineArgs._is_v1_supported_oracle fall back to V0 (0.8.0-0.10.2)
+    argv, warnings = render(GUIDE, version, var_prefix="vllm_server_")
+    assert "--preemption-mode" not in argv
+    assert len(warnings) == 1
+    assert "V0" in warnings[0] and "vllm_server_allow_v0_engine" in warnings[0]
+    argv, warnings = render(GUIDE, version, allow_v0_engine=True)
     assert argv == ["--model", "meta-llama/Meta-Llama-3.1-8B-Instruct",
                     "--gpu-memory-utilization", "0.92", "--max-model-len", "4096",
                     "--max-num-seqs", "128", "--block-size", "16",
@@ -48,7 +54,14 @@ def test_shutdown_timeout_from_018(version, present):
     ("cpu", "0.32.0", 32, True), ("cpu", "0.32.0", 64, True), ("cpu", "0.32.0", 96, True),
     ("cpu", "0.32.0", 16, False), ("cpu", "0.32.0", 8, False),
     ("cuda", "0.11.0", 16, True), ("cuda", "0.11.0", 128, True), ("cuda", "0.11.0", 256, False),
-    ("cuda", "0.12.0", 256, True), ("cuda", "0.32.0", 24, False), ("cuda", "0.32.0", 0, False),
+    ("cuda", "0.12.0", 256, True), ("cuda", "0.17.0", 24, False), ("cuda", "0.8.0", 1, False),
+    ("cuda", "0.8.5", 1, True), ("cuda", "0.11.2", 256, True),
+    # from 0.18 the parser takes any positive integer; the attention backend decides
+    ("cuda", "0.18.0", 24, True), ("cuda", "0.32.0", 512, True), ("cuda", "0.32.0", 0, False),
+    # vllm/platforms/cpu.py 0.8.5-0.11: 16 only without intel_extension_for_pytorch
+    ("cpu", "0.8.5", 16, True), ("cpu", "0.11.0", 32, False), ("cpu", "0.26.0", 16, True),
+    # the CPU backend's kernel sizes: MultipleOf(16) in 0.27-0.28, MultipleOf(32) from 0.29
+    ("cpu", "0.28.0", 16, True), ("cpu", "0.28.0", 8, False), ("cpu", "0.29.0", 16, False),
 ])
 def test_block_size_per_device_and_version(device, version, size, ok):
     config = dict(model="m", block_size=size)
@@ -96,8 +109,9 @@ def test_booleans_none_and_extra_args():
     argv = render(dict(model="m", enable_prefix_caching=False, enforce_eager=False,
                        max_num_seqs=None, extra_args=["--max-num-batched-tokens=8192"]), "0.32.0")[0]
     assert argv == ["--model", "m", "--no-enable-prefix-caching", "--max-num-batched-tokens=8192"]
-    argv = render(dict(model="m", enable_prefix_caching=False), "0.8.5")[0]
-    assert argv == ["--model", "m"]  # V0 default is off; 0.8 has no --no- form
+    # V1 caches prefixes by default from 0.8, and 0.8.0's BooleanOptionalAction has the --no- form
+    argv = render(dict(model="m", enable_prefix_caching=False), "0.8.0")[0]
+    assert argv == ["--model", "m", "--no-enable-prefix-caching"]
 
 
 def test_bad_version_device_and_missing_model():
