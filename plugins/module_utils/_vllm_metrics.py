@@ -412,6 +412,14 @@ def _cache_configs(series, invalid):
                     cfg["_invalid"].add(field)
                 elif parsed is not None:
                     cfg[field] = parsed
+            # With data parallelism the front end sums num_gpu_blocks over the ranks and every
+            # rank logs that sum (vLLM 0.32 v1/engine/core_client.py: "Sum num_gpu_blocks from
+            # all engines in DP case"); kv_cache_size_tokens is the rank's own pool.
+            tokens, reason = _block_label(labels, "kv_cache_size_tokens")
+            if (not reason and tokens and cfg.get("block_size") and "num_gpu_blocks" in cfg
+                    and tokens % cfg["block_size"] == 0
+                    and tokens // cfg["block_size"] <= cfg["num_gpu_blocks"]):
+                cfg["num_gpu_blocks"] = tokens // cfg["block_size"]
         if engine in configs:
             old = configs[engine]
             for field in ("num_gpu_blocks", "block_size"):

@@ -52,3 +52,13 @@ def test_the_verify_entry_point_accepts_every_record_the_instance_model_writes()
         "options": {"model": "/m", "block_size": 32, "host": "127.0.0.1"}})
     spec = load("server", "meta", "argument_specs.yml")["argument_specs"]["verify"]["options"]
     assert set(instances[0]["record"]) <= set(spec["vllm_server_verify_instances"]["options"])
+
+
+def test_restart_role_knows_every_cause_of_the_diagnosis():
+    """The scheduled_restart role checks vllm_restart_causes against a copy of the cause ids."""
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import CAUSE_IDS
+    with open(os.path.join(ROLES, "scheduled_restart", "vars", "main.yml")) as f:
+        ids = yaml.safe_load(f)["__scheduled_restart_cause_ids"]
+    assert ids == list(CAUSE_IDS)
+    with open(os.path.join(ROLES, "scheduled_restart", "defaults", "main.yml")) as f:
+        assert set(yaml.safe_load(f)["vllm_restart_causes"]) <= set(CAUSE_IDS)

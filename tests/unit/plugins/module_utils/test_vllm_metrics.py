@@ -101,27 +101,35 @@ def _raw(text, name, **labels):
 def test_real_captures_match_the_raw_text(name):
     text = fixtures.read(os.path.join(fixtures.METRICS, name))
     entry = fixtures.manifest()[name]
-    v = normalize(parse(text)[0])
-    assert set(FIELDS) <= set(v)
-    assert v["schema"] == "v1"
-    assert v["kv_cache_usage"] == _raw(text, "vllm:kv_cache_usage_perc")
-    assert v["requests_running"] == _raw(text, "vllm:num_requests_running")
-    assert v["requests_waiting"] == _raw(text, "vllm:num_requests_waiting")
-    assert v["waiting_capacity"] == _raw(text, "vllm:num_requests_waiting_by_reason",
-                                         reason="capacity")
-    assert v["preemptions_total"] == _raw(text, "vllm:num_preemptions_total")
-    assert v["generation_tokens_total"] == _raw(text, "vllm:generation_tokens_total")
-    assert v["request_errors_total"] == _raw(text, "vllm:request_success_total",
-                                             finished_reason="error")
-    assert v["request_aborts_total"] == _raw(text, "vllm:request_success_total",
-                                             finished_reason="abort")
-    assert v["engine_steps_total"] == _raw(text, "vllm:iteration_tokens_total_count")
-    assert v["request_prompt_tokens_sum"] == _raw(text, "vllm:request_prompt_tokens_sum")
-    assert v["engines_sleeping"] == (1 - _raw(text, "vllm:engine_sleep_state",
-                                              sleep_state="awake"))
-    # --kv-cache-memory-bytes of the recorded server / (32 tokens x 1 KiB per token here)
+    whole = normalize(parse(text)[0])
+    assert set(FIELDS) <= set(whole)
+    assert whole["schema"] == "v1"
     kv_bytes = int(re.search(r"--kv-cache-memory-bytes (\d+)", entry["server_argv"]).group(1))
-    assert v["num_gpu_blocks"] == kv_bytes // (32 * 1024)
-    assert v["block_size"] == 32
-    assert v["used_blocks_estimate"] == round(v["kv_cache_usage"] * (v["num_gpu_blocks"] - 1))
+    for engine, v in whole["engines"].items():
+        # each engine's view against its own series (data parallel: one per rank)
+        def raw(name, **labels):
+            return _raw(text, name, engine=engine, **labels)
+        assert v["kv_cache_usage"] == raw("vllm:kv_cache_usage_perc")
+        assert v["requests_running"] == raw("vllm:num_requests_running")
+        assert v["requests_waiting"] == raw("vllm:num_requests_waiting")
+        assert v["waiting_capacity"] == raw("vllm:num_requests_waiting_by_reason", reason="capacity")
+        assert v["preemptions_total"] == raw("vllm:num_preemptions_total")
+        assert v["generation_tokens_total"] == raw("vllm:generation_tokens_total")
+        assert v["request_errors_total"] == raw("vllm:request_success_total", finished_reason="error")
+        assert v["request_aborts_total"] == raw("vllm:request_success_total", finished_reason="abort")
+        assert v["engine_steps_total"] == raw("vllm:iteration_tokens_total_count")
+        assert v["request_prompt_tokens_sum"] == raw("vllm:request_prompt_tokens_sum")
+        assert v["engines_sleeping"] == 1 - raw("vllm:engine_sleep_state", sleep_state="awake")
+        assert v["model"] == "tiny-llama"
+        # --kv-cache-memory-bytes of the recorded server (per engine) / 32 tokens x 1 KiB (the
+        # tiny model, and the deep one of long-prefill with its single KV head); with two
+        # engines the label says the sum of both pools, the view each engine's own
+        assert v["num_gpu_blocks"] == kv_bytes // (32 * 1024)
+        assert v["block_size"] == 32
+        assert v["used_blocks_estimate"] == round(v["kv_cache_usage"] * (v["num_gpu_blocks"] - 1))
+    v = whole
+    # the server's view: sums over engines, usage weighted by blocks
+    engines = list(v["engines"].values())
+    assert v["requests_running"] == sum(e["requests_running"] for e in engines)
+    assert v["num_gpu_blocks"] == sum(e["num_gpu_blocks"] for e in engines)
     assert v["models"]["tiny-llama"]["requests_running"] == v["requests_running"]
