@@ -23,7 +23,7 @@ ROLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..
 # what the units reach now, so that they cannot slip back unnoticed.
 UNITS = {
     "vllm-main.service": ("server", "vllm.service.j2", 2.5),
-    "kvfleet-vllm-monitor.service": ("monitor", "monitor.service.j2", 1.1),
+    "kvfleet-vllm-monitor.service": ("monitor", "monitor.service.j2", 1.2),
     "kvfleet-vllm-restart.service": ("scheduled_restart", "restart.service.j2", 1.8),
 }
 
