@@ -86,7 +86,8 @@ def build(instances, settings):
     `settings` holds the role's shared values: version, device, options (the role's flag
     variables, vllm_server_options already merged over them), extra_args, port (default),
     environment, config_dir, api_key_set, allow_unauthenticated, var_prefix, and optionally
-    flag_manifest (the installed vLLM's, read back by the role), strict_flags, allow_v0_engine.
+    flag_manifest (the installed vLLM's, read back by the role), strict_flags, allow_v0_engine,
+    api_key_rotation (previous keys are accepted: argv reads them from <config_dir>/<name>.keys.yaml).
     """
     prefix = settings.get("var_prefix", "vllm_server_")
     if not isinstance(instances, list) or not instances:
@@ -135,6 +136,15 @@ def build(instances, settings):
         except VllmArgsError as exc:
             raise InstanceError(str(exc))
         warnings.extend(warns)
+        keys_file = None
+        if _bool(settings.get("api_key_rotation")):
+            # Several keys at once (a rotation) go in a 0640 root:vllm file read through vLLM's
+            # --config, never in argv: the unit and `ps` show only the file's path.
+            if flag_value(argv, "--config") is not None:
+                raise InstanceError("%s: --config in extra_args cannot be combined with %sapi_keys_previous "
+                                    "(vLLM reads one config file, which then holds the keys)" % (where, prefix))
+            keys_file = "%s/%s.keys.yaml" % (settings.get("config_dir", "/etc/vllm"), name)
+            argv = argv + ["--config", keys_file]
         for arg in argv:
             _no_newline("%s (vLLM arguments)" % where, arg)
 
@@ -192,6 +202,7 @@ def build(instances, settings):
             "cuda_visible_devices": cuda,
             "environment": environment,
             "env_file": env_file,
+            "keys_file": keys_file,
             # what the host program, the monitor, the restart guard and the playbooks read back
             "record": {"name": name, "unit": unit, "url": url, "port": port, "bind": bind,
                        "max_num_seqs": seqs, "limits": limits, "drain_seconds": drain,

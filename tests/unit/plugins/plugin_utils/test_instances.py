@@ -157,3 +157,14 @@ def test_filter_wraps_errors_and_returns_the_list():
     assert f([{"name": "main", "port": 8000}], settings())[0]["url"] == "http://127.0.0.1:8000"
     with pytest.raises(AnsibleFilterError):
         f([{"name": "main", "port": 8000, "options": {"host": "0.0.0.0"}}], settings())
+
+
+def test_a_key_rotation_reads_the_keys_from_a_file_never_from_argv():
+    inst = one(api_key_rotation=True)
+    assert inst["argv"][-2:] == ["--config", "/etc/vllm/main.keys.yaml"]
+    assert inst["keys_file"] == "/etc/vllm/main.keys.yaml"
+    assert one()["keys_file"] is None and "--config" not in one()["argv"]
+    with pytest.raises(InstanceError, match="--config in extra_args cannot be combined with "
+                                            "vllm_server_api_keys_previous"):
+        one({"name": "main", "port": 8000, "extra_args": ["--config", "/x.yaml"]},
+            api_key_rotation=True)
