@@ -358,6 +358,13 @@ def restart_one(cfg, inst):
         log(INFO, "%s: not restarting: the unit is %s (stopped, not failed); the guard never "
             "starts a stopped unit" % (unit, state.get("ActiveState")))
         return "skipped"
+    # a server still loading its model reads as down, and one just started needs no restart:
+    # give it its health timeout first (in either mode)
+    age = seconds_since_start(state)
+    if age is not None and age < cfg.get("health_timeout", 900):
+        log(INFO, "%s: not restarting: the unit started %.0fs ago, within its health timeout "
+            "(%ss)" % (unit, age, cfg.get("health_timeout", 900)))
+        return "skipped"
     # put to sleep on purpose (--enable-sleep-mode): a restart would wake it with a cold cache
     now = take(inst["url"], os.environ.get("VLLM_API_KEY"))
     if (now.get("engines_sleeping") or 0) >= 1:
@@ -373,12 +380,6 @@ def restart_one(cfg, inst):
         if not curing:
             log(INFO, "%s: not restarting: verdict %s, causes %s; a restart cures only %s"
                 % (unit, result["verdict"], found or "none", ", ".join(cfg.get("causes", []))))
-            return "skipped"
-        # a server still loading its model reads as down: give it its health timeout first
-        age = seconds_since_start(state)
-        if age is not None and age < cfg.get("health_timeout", 900):
-            log(INFO, "%s: not restarting: %s found, but the unit started %.0fs ago, within its "
-                "health timeout (%ss)" % (unit, ", ".join(curing), age, cfg.get("health_timeout", 900)))
             return "skipped"
         log(WARNING, "%s: restarting: %s found, which a restart cures" % (unit, ", ".join(curing)))
     else:

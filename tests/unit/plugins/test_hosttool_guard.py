@@ -31,6 +31,8 @@ def host(monkeypatch):
     monkeypatch.setattr(prog.subprocess, "run", run)
     monkeypatch.setattr(prog, "run_gate", lambda *a, **k: {
         "verdict": "unhealthy", "causes": [{"id": "engine_down"}]})
+    monkeypatch.setattr(prog, "take", lambda *a, **k: dict(Host.snapshot))
+    Host.snapshot = {"healthy": True, "engines_sleeping": 0}
     Host.calls = calls
     return Host
 
@@ -44,14 +46,23 @@ def test_a_stopped_unit_is_never_started(host, capsys, mode, active):
     assert "never starts a stopped unit" in capsys.readouterr().out
 
 
-def test_a_unit_still_within_its_health_timeout_is_left_to_load(host, capsys):
+@pytest.mark.parametrize("mode", ["always", "when_degraded"])
+def test_a_unit_still_within_its_health_timeout_is_left_to_load(host, capsys, mode):
     started = time.monotonic() - 120   # two minutes ago
     host.state = {"ActiveState": "active", "Result": "success", "NRestarts": 0,
                   "ActiveEnterTimestampMonotonic": str(int(started * 1e6))}
-    cfg = {"mode": "when_degraded", "causes": ["engine_down"], "health_timeout": 900}
+    cfg = {"mode": mode, "causes": ["engine_down"], "health_timeout": 900}
     assert prog.restart_one(cfg, INST) == "skipped"
     assert host.calls == []
     assert "started 120s ago, within its health timeout (900s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode", ["always", "when_degraded"])
+def test_a_sleeping_engine_is_never_restarted(host, capsys, mode):
+    host.snapshot = {"healthy": True, "engines_sleeping": 1}
+    assert prog.restart_one({"mode": mode, "causes": ["engine_down"]}, INST) == "skipped"
+    assert host.calls == []
+    assert "never restarts a sleeping engine" in capsys.readouterr().out
 
 
 def test_a_failed_or_long_running_sick_unit_is_restarted(host, monkeypatch):
