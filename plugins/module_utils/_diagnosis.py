@@ -17,13 +17,13 @@ it is decided.
 
 from __future__ import annotations
 
-__all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "VERDICTS", "add_rates",
-           "diagnose", "since_last_down"]
+__all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "MIN_RESTARTS", "VERDICTS", "add_rates",
+           "diagnose", "since_last_down", "unit_restarts"]
 
 CAUSE_IDS = ("engine_down", "probe_errors", "kv_cache_exhausted", "concurrency_cap",
              "active_seq_cap", "token_budget", "head_of_line_blocking", "admission_stall",
              "deferred_backlog", "deferred_deadlock", "admission_rejections", "request_errors",
-             "request_aborts", "invalid_metrics")
+             "request_aborts", "invalid_metrics", "crash_loop")
 VERDICTS = ("healthy", "degraded", "unhealthy")
 DEFAULT_THRESHOLDS = {
     # usage at or above this counts as "near full"; below it the cache has room.
@@ -44,6 +44,9 @@ DEFAULT_THRESHOLDS = {
     # prefill and none out of decode, make the deferred-request deadlock
     "deferred_deadlock_min": 100,
 }
+# systemd restarts of the unit in the window that make crash_loop critical (fewer: a warning);
+# the host program reads them, the gate module cannot
+MIN_RESTARTS = 3
 # Scheduler settings that /metrics does not show; the gate takes them as options.
 LIMIT_NAMES = ("max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs", "max_model_len")
 
@@ -117,6 +120,11 @@ _ADVICE = {
         "(--shutdown-timeout 0), a pause or sleep with mode=abort, or requests refused during "
         "shutdown (vLLM does not count a client that disconnects). Not an engine fault; check "
         "who stops or pauses this server."),
+    "crash_loop": (
+        "systemd restarted the instance after exits nobody asked for (an engine killed by the "
+        "kernel's OOM killer, a CUDA/Xid error, a crash at start). Read the journal lines "
+        "'exited: result=...' and the errors before them; a start limit hit leaves the unit "
+        "failed until someone fixes the cause and starts it."),
     "invalid_metrics": (
         "The server's /metrics holds values that cannot be true (NaN or infinite values, negative "
         "counts, usage outside 0..1, bad block counts, duplicated series); the diagnosis ignored "
@@ -562,6 +570,34 @@ def _rejections(snaps):
         "per_second": round(rejected / window, 4) if window > 0 else None}, advice)
 
 
+def unit_restarts(points, min_restarts=MIN_RESTARTS):
+    """The crash_loop cause from the unit's state over the window, or None.
+
+    points: oldest first, each {'time', 'unit_restarts' (systemd's NRestarts), 'unit_active_state',
+    'unit_result'}. NRestarts counts automatic restarts since the last start someone asked for,
+    so a drop is such a start, not a negative count.
+    """
+    seen = [p for p in points if isinstance(p.get("unit_restarts"), int)]
+    if not seen:
+        return None
+    grew = 0
+    for before, after in zip(seen, seen[1:]):
+        if after["unit_restarts"] >= before["unit_restarts"]:
+            grew += after["unit_restarts"] - before["unit_restarts"]
+        else:
+            grew += after["unit_restarts"]
+    last = seen[-1]
+    gave_up = last.get("unit_active_state") == "failed" and last["unit_restarts"] > 0
+    if not grew and not gave_up:
+        return None
+    critical = gave_up or grew >= min_restarts
+    return _cause("crash_loop", "critical" if critical else "warning", {
+        "restarts_in_window": grew, "restarts_total": last["unit_restarts"],
+        "active_state": last.get("unit_active_state"), "result": last.get("unit_result"),
+        "gave_up": gave_up, "min_restarts": min_restarts,
+        "window_seconds": round(last["time"] - seen[0]["time"], 2)})
+
+
 def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None):
     """Snapshots (oldest first, with rates) -> {'verdict', 'state', 'causes', 'window_seconds',
     'engines', 'pending'}.
@@ -574,10 +610,11 @@ def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None):
     lim = dict((k, v) for k, v in (limits or {}).items() if v)
     if max_num_seqs:
         lim["max_num_seqs"] = max_num_seqs
+    looping = unit_restarts(snapshots)
     down_cause, down_pending, outage = _availability(snapshots)
     if outage:
         # Other rules read a live engine; a dead one can serve frozen metrics (facts §4).
-        return _result([down_cause], None, snapshots, {}, [])
+        return _result([down_cause] + ([looping] if looping else []), None, snapshots, {}, [])
     causes = [down_cause] if down_cause else []
     pending = [down_pending] if down_pending else []
     readable = [s for s in snapshots if not _is_down(s)]
@@ -597,6 +634,8 @@ def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None):
     invalid = _invalid_metrics(readable)
     if invalid:
         causes.append(invalid)
+    if looping:
+        causes.append(looping)
     states = set(e["state"] for e in engines.values())
     state = ("serving" if "serving" in states else "sleeping" if "sleeping" in states
              else "idle")

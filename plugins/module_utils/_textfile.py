@@ -22,6 +22,7 @@ _GAUGES = (
     ("kvfleet_vllm_request_rate", "Requests finished per second since the previous sample.", ("rates", "requests_finished_per_s")),
     ("kvfleet_vllm_generation_tokens_rate", "Tokens generated per second since the previous sample.", ("rates", "generation_tokens_per_s")),
     ("kvfleet_vllm_preemption_rate", "Preemptions per second since the previous sample.", ("rates", "preemptions_per_s")),
+    ("kvfleet_vllm_unit_restarts", "Restarts systemd made of the instance since its last requested start (NRestarts).", ("snap", "unit_restarts")),
 )
 
 

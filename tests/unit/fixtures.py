@@ -53,3 +53,35 @@ def hostile_bodies():
 
 def hostile_body(entry):
     return read(os.path.join(HOSTILE, entry["file"]))
+
+
+def replay(condition, version="0.32.0"):
+    """What the gate's sampler would have returned from a recorded server, oldest first.
+
+    Each manifest entry of the condition is one sample: its text normalised as the probe does
+    it, its /health status, its time (1000 + seconds after the first sample); an entry whose
+    'metrics' is null was refused (the server was gone). Captures without the 'metrics' key
+    (the first ones) are the numbered files of the sequence.
+    """
+    # imported here: fixtures.py itself is read by tests that need no collection code
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
+        Response, sample)
+    out = []
+    entries = [(name, e) for name, e in manifest().items()
+               if e["version"] == version and e["condition"] == condition
+               and ("metrics" in e or e["sequence_index"] is not None)]
+    entries.sort(key=lambda item: item[1]["seconds_after_first"])
+    for name, e in entries:
+        when = 1000.0 + e["seconds_after_first"]
+        text = None if e.get("metrics", name) is None else read(os.path.join(METRICS, e.get("metrics", name)))
+
+        def fetch(path, text=text, health=e.get("health_status", 200)):
+            if text is None:
+                return Response(None, b"", "[Errno 111] Connection refused")
+            if path == "/metrics":
+                return Response(200, text.encode())
+            if path == "/health":
+                return Response(health, b"")
+            return Response(200, json.dumps({"version": version}).encode())
+        out.append(sample(fetch, "http://127.0.0.1:8000", clock=lambda when=when: when))
+    return out

@@ -365,3 +365,27 @@ def test_since_last_down_keeps_the_current_lifetime_only():
     assert since_last_down([before, down])[-1] is down
     assert ids(diagnose(add_rates(since_last_down([before, down])))) == ["engine_down"]
     assert ids(diagnose(add_rates(since_last_down([down, after, now])))) == []
+
+
+def test_crash_loop_from_systemds_restart_count():
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import unit_restarts
+
+    def points(*counts, state="active"):
+        return [{"time": 60.0 * i, "unit_restarts": n, "unit_active_state": state, "unit_result": "success"}
+                for i, n in enumerate(counts)]
+    assert unit_restarts(points(0, 0, 0)) is None
+    one = unit_restarts(points(0, 0, 1))
+    assert one["id"] == "crash_loop" and one["severity"] == "warning"
+    assert one["evidence"]["restarts_in_window"] == 1
+    assert unit_restarts(points(1, 3, 4))["severity"] == "critical"
+    # a deliberate restart resets NRestarts: 5 -> 0 -> 1 is one restart, not -4
+    assert unit_restarts(points(5, 0, 1))["evidence"]["restarts_in_window"] == 1
+    gave_up = unit_restarts(points(2, 3, 3, state="failed"))
+    assert gave_up["severity"] == "critical" and gave_up["evidence"]["gave_up"] is True
+    # in a window: the verdict includes it; a stopped unit that never restarted is not a loop
+    snaps = window({}, {}, dict(healthy=False, error="refused"), dict(healthy=False, error="refused"))
+    for snap, n in zip(snaps, (0, 1, 2, 3)):
+        snap.update(unit_restarts=n, unit_active_state="failed" if n == 3 else "activating")
+    r = diagnose(snaps)
+    assert ids(r) == ["engine_down", "crash_loop"] and r["verdict"] == "unhealthy"
+    assert unit_restarts(points(0, 0, state="inactive")) is None
