@@ -510,15 +510,15 @@ def _queue_cause(series, first, last, base, running, limits, size):
                           "Steps carried %.0f tokens on average against a budget of %d."
                           % (per_step, budget))
     room = free_tokens is None or not mean_prompt or free_tokens >= mean_prompt
-    if (not budget and per_step is not None and room
-            and per_step >= _PREFILL_HEAVY * max(max(running), 1)):
+    top = max(running + [1])
+    if not budget and per_step is not None and room and per_step >= _PREFILL_HEAVY * top:
         # Decode adds one token per running sequence and step; steps carrying many times more
         # are prefill chunks cut to a budget (a capture: 63 tokens per step, 7 running, 40
         # waiting, 10% usage under --max-num-batched-tokens 64).
         ev.update(budget_known=False, likely_limit="max_num_batched_tokens",
                   why="steps carry %.0f tokens each, %.0f times the %d running sequences: "
                       "prefill chunks cut to a token budget, while the cache has room"
-                      % (per_step, per_step / max(max(running), 1), max(running)))
+                      % (per_step, per_step / top, max(running)))
         return _cause("token_budget", "warning", ev,
                       "Pass max_num_batched_tokens to the gate to confirm; the budget is "
                       "probably about %.0f tokens." % per_step)

@@ -183,7 +183,7 @@ def words(n, seed=0, unique=False):
     different seeds share no cached prefix block (the cyclic default shares most of them)."""
     if unique:
         rnd = random.Random(seed)
-        return " ".join(rnd.choice(VOCAB) for _ in range(n))
+        return " ".join(rnd.choice(VOCAB) for _word in range(n))
     return " ".join(VOCAB[(seed * 7 + i * 3) % len(VOCAB)] for i in range(n))
 
 
@@ -379,7 +379,7 @@ class Window(object):
             self.start()
         taken = time.time()
         status, text, err = probe(self.srv.url, "/metrics", timeout=10)
-        h_status, _, h_err = probe(self.srv.url, "/health", timeout=5)
+        h_status, _body, h_err = probe(self.srv.url, "/health", timeout=5)
         self.samples.append({"taken": taken, "status": status, "text": text, "error": err,
                              "health_status": h_status, "health_error": h_err,
                              "health_after": round(time.time() - taken, 3)})
@@ -515,6 +515,46 @@ def cond_long_prefill():
         srv.cleanup()
 
 
+def cond_long_prefill_queued():
+    """Long prefill steps with requests visibly waiting: the old rules' false admission_stall.
+
+    Without chunked prefill a prompt is prefilled in one step, and two 1200-token prompts do not
+    fit one step's budget of 2048 tokens: while one is prefilled (all gauges frozen), the gauges
+    still show the one left waiting at the end of the step before.
+    """
+    cond = "long-prefill-queued"
+    n, words_each = 3, 1200
+    srv = Server(model=deep_model(), kv_bytes=32 * MIB, max_num_seqs=16, max_model_len=2048,
+                 extra=["--max-num-batched-tokens", "2048", "--no-enable-chunked-prefill"],
+                 start_timeout=400)
+    if not start_or_record(cond, srv):
+        return {}
+    try:
+        spec = [{"at": 0.05 * k, "body": completion_body(words_each, 4, seed=20 + k, stream=True)}
+                for k in range(n)]
+        load = {"requests": n, "stream": True, "prompt_words": words_each, "max_tokens": 4,
+                "sent_at_s": [0.05 * k for k in range(n)]}
+        w = Window(srv, cond, "deep model, --no-enable-chunked-prefill, --max-num-batched-tokens "
+                   "2048: 3 prompts of ~1200 tokens sent at once; each is prefilled in a step of "
+                   "its own while the others wait", load)
+        w.sample()
+        client = Client(srv.url, spec)
+        w.event("3 long prompts sent")
+        w.sample_every(1.0, until=client.done, max_count=90)
+        w.sample_every(1.0, count=len(w.samples) + 2)
+        data = client.results()
+        res = data["results"]
+        off = data["t0"] - w.t0
+        what = ("%s. Times count from the client's start, %.2f s after the window's first "
+                "sample. %s" % ("; ".join(finished(res, k) for k in range(len(res))), off,
+                                summarize(res)))
+        return w.entries(what, {"client_t0_after_first": round(off, 3),
+                                "model": "make_tiny_model.py --layers 8 --hidden 1024 "
+                                         "--intermediate 4096 --kv-heads 1 --max-positions 4096"})
+    finally:
+        srv.cleanup()
+
+
 def cond_client_disconnect():
     cond = "client-disconnect"
     srv = Server(kv_bytes=8 * MIB, max_num_seqs=16)
@@ -541,8 +581,8 @@ def cond_client_disconnect():
         w.sample()
         res = client.results()["results"]
         what = "%s. Per request: %s" % (summarize(res), "; ".join(
-            "#%d %s chunks=%d closed_early=%s end=%.1fs" % (k, r["finish_reason"], r["chunks"],
-                                                              r["closed_early"], r["t_end"] or -1)
+            "#%d %s chunks=%d closed_early=%s end=%.1fs" % (
+                k, r["finish_reason"], r["chunks"], r["closed_early"], r["t_end"] or -1)
             for k, r in enumerate(res)))
         return w.entries(what)
     finally:
@@ -690,7 +730,7 @@ def cond_engine_core_killed():
         res = client.results(timeout=60)["results"]
         what = ("process tree before the kill: %s. Killed: %s. API server (pid %d) exit code: "
                 "%s at %s s. In-flight requests: %s; per request %s. Server log tail: %s" % (
-                    [c[:60] for _, c in tree], killed and killed[1][:60], srv.proc.pid,
+                    [c[:60] for _pid, c in tree], killed and killed[1][:60], srv.proc.pid,
                     exit_code, exit_at, summarize(res),
                     ["%s/%s/%s" % (r["status"], r["finish_reason"], (r["error"] or r["body"] or "")[:80])
                      for r in res][:3], srv.log_tail(8)[-1500:]))
@@ -836,6 +876,7 @@ def cond_lora_deferred():
 
 NEW_CONDITIONS = {
     "long-prefill": cond_long_prefill,
+    "long-prefill-queued": cond_long_prefill_queued,
     "client-disconnect": cond_client_disconnect,
     "small-batched-tokens": cond_small_batched_tokens,
     "queued-rejections": cond_queued_rejections,

@@ -17,7 +17,7 @@ def windows(snaps, samples=3, interval=2.0):
     out = []
     for start in snaps:
         picked = [start]
-        for _ in range(samples - 1):
+        for _next in range(samples - 1):
             due = picked[-1]["time"] + interval - 0.05
             later = [s for s in snaps if s["time"] >= due]
             if not later:
