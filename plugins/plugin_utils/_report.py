@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-__all__ = ["COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "deploy_lines", "table_lines"]
+__all__ = ["COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "deploy_lines", "kv_sizing", "table_lines"]
 
 COLUMNS = (("HOST", 20), ("INSTANCE", 10), ("VERSION", 9), ("VERDICT", 10), ("CAUSES", 36),
            ("KV%", 6), ("RUN", 5), ("WAIT", 5), ("PREEMPT/s", 9), ("BLOCK", 5), ("TRENDS", 30))
@@ -62,10 +62,54 @@ def deploy_lines(rows):
         outcome = r.get("outcome") or "untouched"
         counts[outcome] = counts.get(outcome, 0) + 1
         detail = " ".join(str(r.get("detail") or "-").split())
+        warned = [z["warning"] for z in r.get("sizing") or [] if z.get("warning")]
+        if warned and outcome in ("upgraded", "unchanged"):
+            detail = "; ".join(warned)
         out.append(_line(DEPLOY_COLUMNS, [
             r.get("host"), _cell(r.get("batch")), _version(r.get("before")),
             _version(r.get("after")) if outcome in ("upgraded", "unchanged") else "-",
             outcome, _cell(r.get("seconds"), "%.0f"),
             detail if len(detail) <= 120 else detail[:117] + "..."]))
     out.append(", ".join("%d %s" % (counts[o], o) for o in OUTCOMES if o in counts) or "no hosts")
+    return out
+
+
+# a cache that holds this many times max_num_seqs typical requests is sized for more: warn
+_UNUSED_CACHE_FACTOR = 2
+
+
+def kv_sizing(gate_results, typical_tokens=2048):
+    """What each instance's KV cache holds, from its first gate after a change.
+
+    gate_results: the gate's loop results (item: the instance record with 'limits'; samples:
+    the normalised snapshots). -> [{'instance', 'cache_tokens', 'cache_blocks', 'block_size',
+    'max_model_len', 'fits_max_model_len', 'typical_tokens', 'fits_typical', 'max_num_seqs',
+    'warning'}], with a warning when --max-num-seqs is far below what the cache holds (a queue
+    would form with the cache mostly free: the fragmentation guide's 128 on a large GPU).
+    """
+    out = []
+    for res in gate_results or []:
+        inst = res.get("item") or {}
+        limits = inst.get("limits") or {}
+        samples = [s for s in res.get("samples") or [] if s.get("num_gpu_blocks")]
+        if not samples:
+            continue
+        last = samples[-1]
+        blocks, size = last.get("num_gpu_blocks"), last.get("block_size")
+        if not blocks or not size:
+            continue
+        tokens = blocks * size
+        mml, seqs = limits.get("max_model_len"), limits.get("max_num_seqs") or inst.get("max_num_seqs")
+        fits_mml = tokens // mml if mml else None
+        fits_typical = tokens // typical_tokens if typical_tokens else None
+        warning = None
+        if seqs and fits_typical and fits_typical >= _UNUSED_CACHE_FACTOR * seqs:
+            warning = ("%s: --max-num-seqs %d, but the KV cache (%d tokens) holds %d requests of "
+                       "%d tokens: requests would queue with the cache mostly free; raise "
+                       "--max-num-seqs" % (inst.get("name"), seqs, tokens, fits_typical,
+                                           typical_tokens))
+        out.append({"instance": inst.get("name"), "cache_tokens": tokens, "cache_blocks": blocks,
+                    "block_size": size, "max_model_len": mml, "fits_max_model_len": fits_mml,
+                    "typical_tokens": typical_tokens, "fits_typical": fits_typical,
+                    "max_num_seqs": seqs, "warning": warning})
     return out

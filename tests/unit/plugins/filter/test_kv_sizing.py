@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kvfleet.vllm.plugins.filter.kv_sizing import FilterModule
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import deploy_lines
+from ansible_collections.kvfleet.vllm.tests.unit import fixtures
+
+kv_sizing = FilterModule().filters()["kv_sizing"]
+
+
+def _gate(condition, max_num_seqs, max_model_len=1024):
+    """A gate result as the deploy registers it: the instance record and the samples."""
+    record = {"name": "main", "max_num_seqs": max_num_seqs,
+              "limits": {"max_num_seqs": max_num_seqs, "max_model_len": max_model_len}}
+    return {"item": record, "samples": fixtures.replay(condition)[:3]}
+
+
+def test_a_cap_far_below_the_real_cache_is_warned_about():
+    # the recorded busy server: 8 MiB = 256 blocks of 32 tokens, --max-num-seqs 16
+    out = kv_sizing([_gate("busy", 16)], typical_tokens=128)
+    assert out[0]["cache_tokens"] == 8192 and out[0]["cache_blocks"] == 256
+    assert out[0]["fits_max_model_len"] == 8 and out[0]["fits_typical"] == 64
+    assert "--max-num-seqs 16" in out[0]["warning"] and "64 requests of 128 tokens" in out[0]["warning"]
+    # the deploy summary shows it for the host
+    lines = deploy_lines([{"host": "h1", "outcome": "upgraded", "sizing": out, "detail": None}])
+    assert "main: --max-num-seqs 16, but the KV cache (8192 tokens) holds 64" in lines[1]
+
+
+def test_a_cap_that_uses_the_cache_is_not_warned_about():
+    assert kv_sizing([_gate("busy", 16)], typical_tokens=1024)[0]["warning"] is None
+
+
+def test_unreadable_or_bad_input():
+    assert kv_sizing([{"item": {"name": "x"}, "samples": [{"error": "refused"}]}]) == []
+    with pytest.raises(AnsibleFilterError, match="typical_tokens must be a positive integer"):
+        kv_sizing([], typical_tokens=0)
