@@ -28,7 +28,7 @@ VERDICTS = ("healthy", "degraded", "unhealthy")
 DEFAULT_THRESHOLDS = {
     # usage at or above this counts as "near full"; below it the cache has room.
     "kv_usage_high": 0.9,
-    # a stall needs requests pending and no engine step seen for this long. A single prefill
+    # a stall needs requests waiting and no engine step seen for this long. A single prefill
     # step holds every gauge and counter still until it ends, so this must be longer than any
     # real step.
     "stall_seconds": 60.0,
@@ -99,7 +99,7 @@ _ADVICE = {
         "Requests wait although blocks are free and the engine is below its sequence cap: the "
         "first waiting request cannot be scheduled and the FCFS scheduler does not skip it."),
     "admission_stall": (
-        "Requests are pending but no engine step completed for the whole window while /health "
+        "Requests are waiting but no engine step completed for the whole window while /health "
         "may still say 200: a hung engine or an admission stall. Only a restart recovers it; "
         "read the journal and upgrade past a release with a known scheduler deadlock."),
     "deferred_backlog": (
@@ -314,13 +314,21 @@ def _distinct(series):
     return out
 
 
+def _waiting(view):
+    return _n(view.get("requests_waiting")) >= 1
+
+
 def _no_progress(series):
-    """Seconds of the trailing run in which nothing an engine step moves has changed and work
-    was pending throughout (0.0 when the last two samples differ or nothing is pending)."""
-    if len(series) < 2 or not _pending_work(series[-1]):
+    """Seconds of the trailing run in which nothing an engine step moves has changed and
+    requests waited throughout (0.0 when the last two samples differ or nothing waits).
+
+    Running requests alone do not count: one prefill step holds them still for as long as it
+    takes (57 s for a 1201-token prompt on the loaded 2-core CPU of a real capture).
+    """
+    if len(series) < 2 or not _waiting(series[-1]):
         return 0.0
     k = len(series) - 1
-    while (k > 0 and _pending_work(series[k - 1])
+    while (k > 0 and _waiting(series[k - 1])
            and all(series[k - 1].get(f) == series[k].get(f) for f in _PROGRESS)):
         k -= 1
     return series[-1]["time"] - series[k]["time"]
@@ -394,8 +402,8 @@ def _engine_causes(series, engine, th, limits):
             base, seconds_without_progress=round(quiet, 2),
             stall_seconds=th["stall_seconds"],
             waiting_deferred=[v.get("waiting_deferred") for v in series]),
-            "No token, step or gauge moved for %.0f s with %d request(s) pending."
-            % (quiet, _n(last.get("requests_running")) + _n(last.get("requests_waiting")))))
+            "No token, step or gauge moved for %.0f s with %d request(s) waiting."
+            % (quiet, _n(last.get("requests_waiting")))))
     elif quiet > 0:
         # may be one long prefill step: keep sampling rather than guess
         pending.append(dict(where, id="admission_stall",

@@ -49,6 +49,18 @@ def test_long_prefill_step_reads_as_idle_and_never_as_a_stall():
     assert all(s["requests_running"] == 0 and s["requests_waiting"] == 0 for s in frozen)
 
 
+def test_one_step_prefills_on_a_loaded_cpu_are_never_a_stall():
+    # Three 1201-token prompts, no chunked prefill, the machine shared with other jobs: the
+    # first prompt's step took 57 s, the next one (1 running) 57 s more, every series frozen.
+    snaps = fixtures.replay("long-prefill-queued")
+    for window in windows(snaps, interval=6.0):
+        assert judge(window, max_num_seqs=16)["verdict"] == "healthy"
+    whole = judge([dict(s) for s in snaps], max_num_seqs=16)
+    assert "admission_stall" not in ids(whole), whole["causes"]
+    held = [s for s in snaps if s["requests_running"] == 1 and s["generation_tokens_total"] == 1]
+    assert held[-1]["time"] - held[0]["time"] >= 25
+
+
 def test_killed_engine_core_is_engine_down_once_confirmed():
     snaps = fixtures.replay("engine-core-killed")
     assert snaps[0]["healthy"] and all(s.get("error") for s in snaps[1:])
