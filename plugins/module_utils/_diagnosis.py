@@ -67,6 +67,9 @@ _PROGRESS = ("prompt_tokens_total", "generation_tokens_total", "requests_finishe
              "request_aborts_total", "kv_cache_usage", "requests_running", "requests_waiting",
              "waiting_deferred")
 _SEVERITY_ORDER = {"critical": 0, "warning": 1}
+# free tokens below this many mean prompts: no room for admission (the running sequences'
+# decode takes blocks every step while the next prompt waits for its whole size)
+_ROOM_FACTOR = 2
 # tokens per step, per running sequence, above which steps are prefill-bound, not decode-bound
 _PREFILL_HEAVY = 4
 # admission_rejections{reason} -> the flag that set the limit (vLLM 0.32 v1/engine/async_llm.py)
@@ -409,7 +412,16 @@ def _engine_causes(series, engine, th, limits):
         pending.append(dict(where, id="admission_stall",
                             seconds_left=round(th["stall_seconds"] - quiet, 2)))
 
-    # --- cache really full
+    # --- cache really full. Usage alone under-reads it: from 0.26 a waiting request is admitted
+    # only when its whole prompt fits, so a cache whose free blocks cannot hold a prompt of the
+    # recent mean size is full for admission at 80% (a real 64-block cache under 32 requests
+    # of ~200 tokens sat at 0.86); and vLLM preempts only when blocks run out.
+    free = _free_blocks(last)
+    free_tokens = free * last["block_size"] if free is not None and last.get("block_size") else None
+    mean_prompt = _mean_prompt(first, last)
+    no_room = (sustained and free_tokens is not None and bool(mean_prompt)
+               and free_tokens < _ROOM_FACTOR * mean_prompt)
+    near_full = near_full or no_room or _n(preempted) >= th["min_preemptions"]
     if near_full and (sustained or _n(preempted) > 0):
         ratio = round(preempted / float(max(_n(finished), 1)), 4) if preempted else 0.0
         critical = (_n(preempted) >= th["min_preemptions"]
@@ -420,7 +432,10 @@ def _engine_causes(series, engine, th, limits):
                   preemption_ratio_unhealthy=th["preemption_ratio_unhealthy"],
                   waiting_capacity=[v.get("waiting_capacity") for v in series],
                   num_gpu_blocks=last.get("num_gpu_blocks"),
-                  used_blocks_estimate=last.get("used_blocks_estimate"), **size)
+                  used_blocks_estimate=last.get("used_blocks_estimate"),
+                  free_tokens_estimate=free_tokens,
+                  mean_prompt_tokens=round(mean_prompt, 1) if mean_prompt else None,
+                  admits_a_mean_prompt=not no_room, **size)
         advice = None
         if size.get("cache_tokens"):
             advice = "The cache holds %d tokens (%d blocks of %s)%s." % (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from conftest import MIB, run_module, under_load
 
 
@@ -38,10 +40,13 @@ def test_tiny_kv_cache_under_load_is_kv_cache_exhausted(server_factory):
         load.cancel()
     ids = [c["id"] for c in result["causes"]]
     assert not failed
-    assert "kv_cache_exhausted" in ids, result
+    assert "kv_cache_exhausted" in ids, json.dumps(result["causes"], indent=1)
     assert "concurrency_cap" not in ids
     cause = [c for c in result["causes"] if c["id"] == "kv_cache_exhausted"][0]
-    assert cause["evidence"]["kv_cache_usage_max"] >= 0.9
+    # full by usage, or for admission: no room for a prompt of the mean size, or preempting
+    ev = cause["evidence"]
+    assert (ev["kv_cache_usage_max"] >= 0.9 or ev["admits_a_mean_prompt"] is False
+            or ev["preemptions_in_window"] >= 3), ev
 
 
 def test_max_num_seqs_2_under_load_is_concurrency_cap_not_exhaustion(server_factory):
