@@ -33,9 +33,9 @@ _value:
   elements: str
 """
 
-from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import diagnosis_rows, table_lines
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import table_lines
 
 
 class FilterModule(object):
     def filters(self):
-        return {"diagnosis_table": table_lines, "diagnosis_rows": diagnosis_rows}
+        return {"diagnosis_table": table_lines}

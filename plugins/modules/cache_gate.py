@@ -57,7 +57,9 @@ options:
         and credentials reach this server only.
       - Exactly one of O(url) and O(targets) is required.
     type: str
+    required: false
   targets:
+    version_added: 0.3.0
     description:
       - Many servers to diagnose in one run, instead of O(url) (for a whole fleet from the
         controller). Each is sampled as O(url) would be, at the same time as the others.
@@ -97,6 +99,7 @@ options:
         description: As O(max_model_len), for this server.
         type: int
   concurrency:
+    version_added: 0.3.0
     description:
       - With O(targets), how many servers are sampled at the same time, 1 to 1024. Each holds a
         thread and at most one connection; the module's wall time is about the number of targets
