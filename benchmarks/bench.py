@@ -416,6 +416,32 @@ def markdown(res):
                 fmt(stats([x["stop_seconds"] for x in runs]), " s", digits=1),
                 fmt(stats([x["start_to_healthy_seconds"] for x in runs]), " s", digits=1)))
         lines.append("")
+    if "fleetdiag" in res:
+        f = res["fleetdiag"]
+        lines += ["## 6. Diagnose a fleet: per host against from the controller", "",
+                  "`ansible-playbook kvfleet.vllm.diagnose` (3 samples, 2 s apart) over generated "
+                  "inventories, `ansible_connection: local`, one instance per host; ONE replay process "
+                  "serves real vLLM 0.32.0 CPU captures (%s) on every instance's port, every %dth port "
+                  "closed (engine_down). CPU: the playbook and everything it ran (user + system). "
+                  "Ratios against per host at the same size, same run." % (f["base_capture"], f["dead_every"]), "",
+                  "| hosts | mode | forks | concurrency | wall | CPU | CPU per host | wall ratio | CPU ratio | same rows |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        base = dict((r["hosts"], r) for r in f["rows"] if r["mode"] == "per host")
+        per_host_100 = base.get(min(base) if base else None)
+        for r in f["rows"]:
+            ref = base.get(r["hosts"])
+            note = ""
+            if ref is None and per_host_100:  # extrapolated linearly from the smaller size
+                scale = r["hosts"] / per_host_100["hosts"]
+                ref = {"wall_s": per_host_100["wall_s"] * scale, "cpu_s": per_host_100["cpu_s"] * scale}
+                note = " (vs per host at %d x %d, extrapolated)" % (per_host_100["hosts"], scale)
+            lines.append("| %d | %s | %d | %s | %.1f s | %.1f s | %.0f ms | %s | %s | %s |" % (
+                r["hosts"], r["mode"], r["forks"], r["concurrency"] or "-", r["wall_s"], r["cpu_s"],
+                r["cpu_ms_per_host"],
+                ("%.3f%s" % (r["wall_s"] / ref["wall_s"], note)) if ref else "-",
+                ("%.3f" % (r["cpu_s"] / ref["cpu_s"])) if ref else "-",
+                {True: "yes", False: "NO", None: "-"}[r.get("same_rows_as_per_host")]))
+        lines.append("")
     lines += ["## How to read this", "",
               "- Ratios compare two things measured in the same run on the same machine; absolute "
               "times drift on a shared 2-core machine.",
@@ -447,7 +473,15 @@ def meta():
                                    version(["ansible", "--version"]).splitlines()[0] if version(["ansible", "--version"]) else "?")}
 
 
-BENCHES = {"scrape": bench_scrape, "capacity": bench_capacity, "gate": bench_gate,
+def bench_fleetdiag(reps, smoke):
+    """diagnose per host vs from the controller over generated fleets (benchmarks/fleetdiag.py)."""
+    import fleetdiag
+    if smoke:
+        return fleetdiag.bench([5], per_host_sizes=[5])
+    return fleetdiag.bench([100, 1000], per_host_sizes=[100], read_records_sizes=[100])
+
+
+BENCHES = {"fleetdiag": bench_fleetdiag, "scrape": bench_scrape, "capacity": bench_capacity, "gate": bench_gate,
            "restart": bench_restart, "rollout": bench_rollout}
 
 
@@ -467,7 +501,7 @@ def main():
         with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
             f.write(text + "\n")
         return 0
-    names = args.only.split(",") if args.only else ["scrape", "capacity", "gate", "restart"] + (
+    names = args.only.split(",") if args.only else ["scrape", "capacity", "gate", "restart", "fleetdiag"] + (
         ["rollout"] if args.fleet else [])
     reps = 1 if args.smoke else args.reps
     res = {}

@@ -35,17 +35,21 @@ CONNECTION_ARGS = dict(
 )
 
 
-def check_connection_params(module):
-    """Fail, naming the option, before any request is sent."""
-    url = module.params["url"]
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    if password:
-        # Ansible echoes the module's arguments (invocation): mask the password there too.
-        module.no_log_values.add(password)
-    error = (check_url(url) or check_range("timeout", module.params["timeout"])
+def check_connection_params(module, urls=None):
+    """Fail, naming the option, before any request is sent. `urls`: (option, url) pairs to check
+    instead of the url option (a module that reads several servers)."""
+    for option, url in urls if urls is not None else [("url", module.params["url"])]:
+        try:
+            password = urlsplit(url).password if isinstance(url, str) else None
+        except ValueError:
+            password = None
+        if password:
+            # Ansible echoes the module's arguments (invocation): mask the password there too.
+            module.no_log_values.add(password)
+        error = check_url(url, option)
+        if error:
+            module.fail_json(msg=error)
+    error = (check_range("timeout", module.params["timeout"])
              or check_range("max_body_bytes", module.params["max_body_bytes"]))
     if error:
         module.fail_json(msg=error)
@@ -63,12 +67,15 @@ def _close(exc):
         pass
 
 
-def make_fetcher(module):
+def make_fetcher(module, target=None):
+    """fetch(path) -> Response for the module's url, or for `target` ({url, api_key}: one of
+    several servers a module reads; the other connection options are the module's)."""
     params = module.params
     headers = {"Accept": "text/plain, application/json"}
-    if params.get("api_key"):
-        headers["Authorization"] = "Bearer %s" % params["api_key"]
-    base = params["url"].rstrip("/")
+    api_key = (target or params).get("api_key")
+    if api_key:
+        headers["Authorization"] = "Bearer %s" % api_key
+    base = (target or params)["url"].rstrip("/")
     timeout, limit = params["timeout"], params["max_body_bytes"]
 
     def fetch(path):

@@ -34,12 +34,78 @@ description:
     C(invalid), and the verdict is never C(healthy) while they are there.
   - A cause of severity C(critical) makes the verdict C(unhealthy); a C(warning) makes it
     C(degraded).
+  - With O(targets) instead of O(url), one run samples many servers at once (at most
+    O(concurrency) at a time), each in its own window with its own per-request O(timeout), and
+    returns RV(results), one entry per target with the keys of a single-server run. A target
+    that cannot be read, or hangs, is that target's C(engine_down); it holds only its own
+    worker, never the others, and never fails the module by itself.
 author:
   - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
   - kvfleet.vllm.connection
   - kvfleet.vllm.attributes.info_module
 options:
+  url:
+    description:
+      - Base URL of the vLLM OpenAI-compatible server, without a path, for example
+        C(http://127.0.0.1:8000).
+      - The module reads C(/metrics), C(/health) and C(/version) under it.
+      - C(http://) or C(https://) with a host; a query (C(?...)) or a fragment (C(#...)) is refused.
+      - C(user:password@) in it is used for basic authentication and never shown in results or
+        messages.
+      - Redirects are never followed (a C(3xx) answer is reported as such), so that the API key
+        and credentials reach this server only.
+      - Exactly one of O(url) and O(targets) is required.
+    type: str
+    required: false
+  targets:
+    version_added: 0.3.0
+    description:
+      - Many servers to diagnose in one run, instead of O(url) (for a whole fleet from the
+        controller). Each is sampled as O(url) would be, at the same time as the others.
+      - The options other than these (O(samples), O(interval), O(timeout), O(thresholds),
+        O(fail_on), the TLS and body options) apply to every target; a scheduler limit a target
+        leaves out is the module's own option of that name.
+      - O(fail_on) applies to each target on its own (RV(results[].in_fail_on)); the module
+        fails after every target has been sampled when any target's verdict is in O(fail_on),
+        with every result returned.
+    type: list
+    elements: dict
+    suboptions:
+      name:
+        description: The target's name, returned as is (such as the instance name).
+        type: str
+        required: true
+      url:
+        description: The server's base URL, as for O(url).
+        type: str
+        required: true
+      host:
+        description: The inventory host the server belongs to, returned as is.
+        type: str
+      api_key:
+        description: API key for this server, as for O(api_key) (which is not used with O(targets)).
+        type: str
+      max_num_seqs:
+        description: As O(max_num_seqs), for this server.
+        type: int
+      max_num_batched_tokens:
+        description: As O(max_num_batched_tokens), for this server.
+        type: int
+      max_num_active_seqs:
+        description: As O(max_num_active_seqs), for this server.
+        type: int
+      max_model_len:
+        description: As O(max_model_len), for this server.
+        type: int
+  concurrency:
+    version_added: 0.3.0
+    description:
+      - With O(targets), how many servers are sampled at the same time, 1 to 1024. Each holds a
+        thread and at most one connection; the module's wall time is about the number of targets
+        / O(concurrency) x one window, while sampling costs a few milliseconds of CPU per sample.
+    type: int
+    default: 32
   samples:
     description:
       - Number of snapshots to take, 1 to 1000.
@@ -136,6 +202,8 @@ notes:
   - The wall time is about O(samples) x O(interval) seconds plus three HTTP requests per sample,
     each of which ends within O(timeout); a window that looks like a stall or an outage adds
     samples until it is decided (C(extended_seconds)).
+  - With O(targets), the module's wall time is about the slowest target's (a hung server takes
+    up to O(samples) x O(timeout)) when O(concurrency) is at least the number of targets.
 seealso:
   - module: kvfleet.vllm.metrics_info
 """
@@ -165,23 +233,38 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ item.id }}: {{ item.advice }}"
   loop: "{{ gate.causes }}"
+
+- name: Diagnose a whole fleet from the controller, 64 servers at a time
+  kvfleet.vllm.cache_gate:
+    targets:
+      - {name: gpu0, host: gpu-01, url: "http://gpu-01.example.net:8000", max_num_seqs: 128}
+      - {name: gpu1, host: gpu-01, url: "http://gpu-01.example.net:8001", max_num_seqs: 128}
+    concurrency: 64
+    fail_on: []
+  delegate_to: localhost
+  run_once: true
+  register: fleet
+
+- name: Name the servers that are not healthy
+  ansible.builtin.debug:
+    msg: "{{ fleet.results | rejectattr('verdict', 'eq', 'healthy') | map(attribute='msg') | list }}"
 """
 
 RETURN = r"""
 verdict:
   description: C(healthy), C(degraded) (a warning cause) or C(unhealthy) (a critical cause).
-  returned: always
+  returned: with O(url)
   type: str
   sample: degraded
 state:
   description: C(idle), C(serving) or C(sleeping) (every busy engine asleep on purpose,
     C(vllm:engine_sleep_state); not a fault); null when the engine is down.
-  returned: always
+  returned: with O(url)
   type: str
   sample: serving
 causes:
   description: What is wrong, most important first as found.
-  returned: always
+  returned: with O(url)
   type: list
   elements: dict
   contains:
@@ -206,33 +289,89 @@ samples:
   description: The normalised snapshots (as M(kvfleet.vllm.metrics_info) returns them, without
     the per-engine and per-model views, with their C(invalid) lists), each with C(rates) per
     second against the one before.
-  returned: always
+  returned: with O(url)
   type: list
   elements: dict
 window_seconds:
   description: Seconds between the first and the last sample (extension included).
-  returned: always
+  returned: with O(url)
   type: float
 engines:
   description: Per engine (data-parallel rank) its C(model), C(state) and C(verdict).
-  returned: always
+  returned: with O(url)
   type: dict
   sample: {"0": {"model": "tiny-llama", "state": "serving", "verdict": "healthy"}}
 pending:
   description: What the window could not decide (C(id), C(engine), C(seconds_left)); empty
     when the extension decided it or nothing looked wrong.
-  returned: always
+  returned: with O(url)
   type: list
   elements: dict
 extended_seconds:
   description: Seconds of sampling added because the window looked like a stall or an outage.
-  returned: always
+  returned: with O(url)
   type: float
 msg:
-  description: The verdict and causes in one line.
+  description: The verdict and causes in one line; with O(targets), the count per verdict and
+    the targets whose verdict is in O(fail_on).
   returned: always
   type: str
+results:
+  description: With O(targets), one entry per target, in the order of O(targets), each with
+    the keys a run with O(url) returns (C(verdict), C(state), C(causes), C(samples),
+    C(window_seconds), C(engines), C(pending), C(extended_seconds), C(msg)) and these.
+  returned: with O(targets)
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The target's O(targets[].name).
+      type: str
+    host:
+      description: The target's O(targets[].host), or null.
+      type: str
+    url:
+      description: The target's URL, without C(user:password@).
+      type: str
+    seconds:
+      description: Wall seconds this target took, from its first request to its verdict.
+      type: float
+    in_fail_on:
+      description: Whether this target's verdict is in O(fail_on).
+      type: bool
+fleet:
+  description: With O(targets), the run in numbers.
+  returned: with O(targets)
+  type: dict
+  contains:
+    targets:
+      description: Number of targets.
+      type: int
+    healthy:
+      description: Targets whose verdict is C(healthy).
+      type: int
+    degraded:
+      description: Targets whose verdict is C(degraded).
+      type: int
+    unhealthy:
+      description: Targets whose verdict is C(unhealthy).
+      type: int
+    failed:
+      description: Names of the targets whose verdict is in O(fail_on).
+      type: list
+      elements: str
+    concurrency:
+      description: Targets sampled at the same time, at most.
+      type: int
+    seconds:
+      description: Wall seconds of the whole run.
+      type: float
+  sample: {"targets": 2, "healthy": 1, "degraded": 1, "unhealthy": 0, "failed": [],
+           "concurrency": 2, "seconds": 4.1}
 """
+
+import threading
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -241,7 +380,10 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
-    check_range, check_window, sample_until_decided, sample_window)
+    check_range, check_window, redact_url, sample_until_decided, sample_window, scrub)
+
+# targets sampled at once, at most (each holds a thread and, during a request, a socket)
+MAX_CONCURRENCY = 1024
 
 # thresholds -> (lowest, lowest allowed itself, highest, how the lower bound reads)
 _THRESHOLD_RANGES = {
@@ -285,10 +427,101 @@ def summary(url, result):
     return "vLLM at %s is %s: %s" % (url, result["verdict"], "; ".join(parts))
 
 
+def _target_limits(params, target):
+    """A target's own scheduler limits; a limit it leaves out is the module's."""
+    return dict((name, target.get(name) if target.get(name) is not None else params[name])
+                for name in LIMIT_NAMES)
+
+
+def _gate(module, fetch, url, limits):
+    """Sample one server and diagnose it: the result of a single-target run (without changed)."""
+    p = module.params
+
+    def judge(snaps):
+        return diagnose(add_rates(snaps), thresholds=p["thresholds"], limits=limits)
+
+    if p["extend"]:
+        snaps, result, extended = sample_until_decided(fetch, url, p["samples"], p["interval"], judge)
+    else:
+        snaps = sample_window(fetch, url, p["samples"], p["interval"])
+        result, extended = judge(snaps), 0.0
+    return dict(msg=summary(url, result), samples=snaps, extended_seconds=extended, **result)
+
+
+def _gate_target(module, target):
+    """One target of a fleet run. Whatever happens is this target's finding, never the module's:
+    an unreadable server is engine_down (as in _gate), anything else unexpected is reported
+    in this target's result."""
+    url = redact_url(target["url"])
+    started = time.monotonic()
+    try:
+        out = _gate(module, make_fetcher(module, target), url,
+                    _target_limits(module.params, target))
+    except Exception as exc:  # a bug must not cost the other targets their results
+        error = scrub("%s: %s" % (type(exc).__name__, exc))
+        out = dict(verdict="unhealthy", state=None, causes=[dict(
+            id="engine_down", severity="critical", evidence=dict(error=error),
+            advice="The gate could not sample this server: %s" % error)], samples=[],
+            engines={}, pending=[], window_seconds=0.0, extended_seconds=0.0,
+            msg="vLLM at %s could not be sampled: %s" % (url, error))
+    out.update(name=target["name"], host=target.get("host"), url=url,
+               seconds=round(time.monotonic() - started, 2),
+               in_fail_on=out["verdict"] in module.params["fail_on"])
+    return out
+
+
+def _gate_fleet(module):
+    """Every target at once, at most `concurrency` at a time, each in its own window."""
+    targets = module.params["targets"]
+    results = [None] * len(targets)
+    queue = list(range(len(targets)))
+    lock = threading.Lock()
+
+    def worker():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                index = queue.pop(0)
+            results[index] = _gate_target(module, targets[index])
+
+    started = time.monotonic()
+    workers = [threading.Thread(target=worker, name="kvfleet-gate-%d" % i)
+               for i in range(min(module.params["concurrency"], len(targets)))]
+    for thread in workers:
+        thread.daemon = True
+        thread.start()
+    for thread in workers:
+        thread.join()
+    counts = dict((verdict, sum(1 for r in results if r["verdict"] == verdict))
+                  for verdict in VERDICTS)
+    failed = [r["name"] for r in results if r["in_fail_on"]]
+    fleet = dict(targets=len(results), failed=failed, seconds=round(time.monotonic() - started, 2),
+                 concurrency=len(workers), **counts)
+    msg = "%d vLLM server(s): %s" % (len(results), ", ".join(
+        "%d %s" % (counts[v], v) for v in VERDICTS))
+    if failed:
+        msg += "; verdict in fail_on for %s" % ", ".join(
+            "%s (%s)" % (r["name"], r["msg"]) for r in results if r["in_fail_on"])
+    return dict(changed=False, msg=msg, results=results, fleet=fleet)
+
+
 def main():
+    connection = dict(CONNECTION_ARGS, url=dict(type="str"))
     module = AnsibleModule(
         argument_spec=dict(
-            CONNECTION_ARGS,
+            connection,
+            targets=dict(type="list", elements="dict", options=dict(
+                name=dict(type="str", required=True),
+                url=dict(type="str", required=True),
+                host=dict(type="str"),
+                api_key=dict(type="str", no_log=True),
+                max_num_seqs=dict(type="int"),
+                max_num_batched_tokens=dict(type="int", no_log=False),
+                max_num_active_seqs=dict(type="int"),
+                max_model_len=dict(type="int"),
+            )),
+            concurrency=dict(type="int", default=32),
             samples=dict(type="int", default=3),
             interval=dict(type="float", default=2.0),
             max_num_seqs=dict(type="int"),
@@ -309,26 +542,32 @@ def main():
             fail_on=dict(type="list", elements="str", choices=list(VERDICTS),
                          default=["unhealthy"]),
         ),
+        mutually_exclusive=[("url", "targets")],
+        required_one_of=[("url", "targets")],
         supports_check_mode=True,
     )
+    p = module.params
+    if p["targets"] is not None:
+        check_connection_params(module, [("targets[%d].url" % i, t["url"])
+                                         for i, t in enumerate(p["targets"])])
+        _check(module)
+        for i, target in enumerate(p["targets"]):
+            for name in LIMIT_NAMES:
+                if target[name] is not None and target[name] < 1:
+                    module.fail_json(msg="targets[%d].%s must be 1 or more, got %s"
+                                     % (i, name, target[name]))
+        if not 1 <= p["concurrency"] <= MAX_CONCURRENCY:
+            module.fail_json(msg="concurrency must be 1 to %d, got %s"
+                             % (MAX_CONCURRENCY, p["concurrency"]))
+        out = _gate_fleet(module)
+        if out["fleet"]["failed"]:
+            module.fail_json(**out)
+        module.exit_json(**out)
     check_connection_params(module)
     _check(module)
-    p = module.params
-    fetch = make_fetcher(module)
     limits = dict((name, p[name]) for name in LIMIT_NAMES)
-
-    def judge(snaps):
-        return diagnose(add_rates(snaps), thresholds=p["thresholds"], limits=limits)
-
-    if p["extend"]:
-        snaps, result, extended = sample_until_decided(
-            fetch, shown_url(module), p["samples"], p["interval"], judge)
-    else:
-        snaps = sample_window(fetch, shown_url(module), p["samples"], p["interval"])
-        result, extended = judge(snaps), 0.0
-    msg = summary(shown_url(module), result)
-    out = dict(changed=False, msg=msg, samples=snaps, extended_seconds=extended, **result)
-    if result["verdict"] in p["fail_on"]:
+    out = dict(changed=False, **_gate(module, make_fetcher(module), shown_url(module), limits))
+    if out["verdict"] in p["fail_on"]:
         module.fail_json(**out)
     module.exit_json(**out)
 

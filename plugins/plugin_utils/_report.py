@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-__all__ = ["COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "deploy_lines", "kv_sizing", "table_lines"]
+__all__ = ["COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "deploy_lines", "diagnosis_rows", "kv_sizing",
+           "table_lines"]
 
 COLUMNS = (("HOST", 20), ("INSTANCE", 10), ("VERSION", 9), ("VERDICT", 10), ("CAUSES", 36),
            ("KV%", 6), ("RUN", 5), ("WAIT", 5), ("PREEMPT/s", 9), ("BLOCK", 5), ("TRENDS", 30))
@@ -18,6 +19,58 @@ def _cell(value, fmt="%s"):
 
 def _line(columns, cells):
     return " ".join(str(c).ljust(w) for c, (_n, w) in zip(cells, columns)).rstrip()
+
+
+def _field(view, name):
+    return (view or {}).get(name)
+
+
+def diagnosis_rows(gates, host=None, infos=None, gpus=None, monitor=None):
+    """The diagnose playbook's per-instance rows: the one copy of their shape, for both modes.
+
+    gates: cache_gate results, either a host's loop over its instances (each with `item`, the
+    instance record) or the `results` of one cache_gate run over `targets` (each with `name`
+    and `host`). infos: the matching metrics_info results (per-host mode); without them the
+    version and the read error come from the gate's own samples, which are the same readings.
+    gpus: the host's GPU count (None: not read). monitor: the monitor's findings per instance.
+    """
+    rows = []
+    for index, gate in enumerate(gates or []):
+        gate = gate or {}
+        samples = gate.get("samples") or [{}]
+        last = samples[-1] or {}
+        if infos is not None:
+            info = infos[index] if index < len(infos) else {}
+            version = _field(info.get("metrics"), "version")
+            # the playbook registers metrics_info with failed_when: false, which clears `failed`:
+            # a result without metrics is the failed read
+            error = info.get("msg") if info.get("failed") or "metrics" not in info else None
+        else:
+            version = next((s.get("version") for s in reversed(samples) if s and s.get("version")),
+                           None)
+            error = last.get("error")
+        name = _field(gate.get("item"), "name") or gate.get("name")
+        found = (monitor or {}).get(name) or {}
+        rows.append({
+            "host": host if host is not None else gate.get("host"),
+            "instance": name,
+            "version": version,
+            "verdict": gate.get("verdict"),
+            "state": gate.get("state"),
+            "causes": gate.get("causes"),
+            "kv_cache_usage": last.get("kv_cache_usage"),
+            "requests_running": last.get("requests_running"),
+            "requests_waiting": last.get("requests_waiting"),
+            "preemptions_per_s": _field(last.get("rates"), "preemptions_per_s"),
+            "block_size": last.get("block_size"),
+            "num_gpu_blocks": last.get("num_gpu_blocks"),
+            "error": error,
+            "gpus": gpus,
+            "trends": found.get("trends") or [],
+            "sustained": found.get("sustained") or [],
+            "trend_evidence": found.get("trend_evidence") or {},
+        })
+    return rows
 
 
 def table_lines(rows):

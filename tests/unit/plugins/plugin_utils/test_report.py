@@ -38,3 +38,23 @@ def test_deploy_lines():
     assert lines[4] == "1 upgraded, 1 rolled back, 1 untouched"
     assert deploy_lines([])[-1] == "no hosts"
     assert deploy_lines([{"host": "h", "outcome": "checked"}])[-1] == "1 checked"
+
+
+def _gate(verdict="healthy", samples=None, **extra):
+    return dict(verdict=verdict, state="idle", causes=[], samples=samples or [
+        {"version": "0.32.0", "kv_cache_usage": 0.1, "requests_running": 0, "requests_waiting": 0,
+         "block_size": 32, "num_gpu_blocks": 100, "rates": {"preemptions_per_s": 0.0}}], **extra)
+
+
+def test_rows_are_the_same_from_a_host_loop_and_from_targets():
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import diagnosis_rows
+    dead = [{"url": "http://h:1", "healthy": False, "error": "cannot read http://h:1/metrics: refused"}]
+    per_host = diagnosis_rows(
+        [_gate(item={"name": "a"}), _gate("unhealthy", dead, item={"name": "b"})], "h1",
+        [{"metrics": {"version": "0.32.0"}},
+         {"failed": False, "msg": "cannot read http://h:1/metrics: refused"}], 0)
+    fleet = diagnosis_rows([_gate(name="a", host="h1"), _gate("unhealthy", dead, name="b", host="h1")])
+    assert [dict(r, gpus=None) for r in per_host] == fleet
+    assert fleet[0]["version"] == "0.32.0" and fleet[0]["preemptions_per_s"] == 0.0
+    assert fleet[1]["error"].startswith("cannot read") and fleet[1]["version"] is None
+    assert per_host[0]["gpus"] == 0 and fleet[0]["gpus"] is None
