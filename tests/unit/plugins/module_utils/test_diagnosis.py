@@ -130,17 +130,18 @@ def test_concurrency_cap_with_known_cap_tolerates_dips_and_gives_numbers():
 
 
 def test_without_a_cap_a_flat_running_is_not_called_a_cap_when_blocks_are_short():
-    # Old rule inferred a cap of 1 from running flat at 1 -> concurrency_cap; the real limit is
-    # that the free blocks cannot hold the head request's prompt.
+    # Old rule inferred a cap of 1 from running flat at 1 -> concurrency_cap ("raise
+    # --max-num-seqs"). The free blocks cannot hold a prompt of the recent mean size: the cache
+    # is full for admission (whole-prompt reservation, 0.26+) at 85% usage.
     rows = [{"requests_running": 1, "requests_waiting": 5, "kv_cache_usage": 0.85,
              "used_blocks_estimate": 850, "+generation_tokens": 40}] * 3
     snaps = window(*rows)
     for snap in snaps:
         snap.update(request_prompt_tokens_sum=9000 * 10, request_prompt_tokens_count=10)
     r = diagnose(snaps)
-    assert ids(r) == ["head_of_line_blocking"]
+    assert ids(r) == ["kv_cache_exhausted"] and r["verdict"] == "degraded"
     ev = r["causes"][0]["evidence"]
-    assert ev["likely_limit"] == "free_blocks" and ev["cap_known"] is False
+    assert ev["admits_a_mean_prompt"] is False
     assert ev["free_tokens_estimate"] == 150 * 16 and ev["mean_prompt_tokens"] == 9000
 
 
