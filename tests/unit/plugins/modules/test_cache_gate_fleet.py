@@ -92,16 +92,19 @@ def test_many_targets_share_one_window(run_module):
     for srv in servers:
         srv.__enter__()
     try:
-        t0 = time.monotonic()
         failed, res = run_module(cache_gate, {
             "targets": [{"name": str(i), "url": s.url} for i, s in enumerate(servers)],
             "interval": 0.5, "concurrency": 20})
-        wall = time.monotonic() - t0
     finally:
         for srv in servers:
             srv.__exit__(None, None, None)
     assert not failed and res["fleet"]["healthy"] == 20 and res["fleet"]["concurrency"] == 20
-    assert wall < 20 * 1.0 / 3  # sequentially it would be at least 20 x 1 s
+    # one window for all: every target's window began before any target's ended (run one after
+    # the other, the twentieth would begin after the first had ended). No wall-clock bound: the
+    # machine may be loaded.
+    firsts = [r["samples"][0]["time"] for r in res["results"]]
+    lasts = [r["samples"][-1]["time"] for r in res["results"]]
+    assert max(firsts) < min(lasts)
 
 
 def test_a_refused_target_is_its_own_engine_down(run_module):
