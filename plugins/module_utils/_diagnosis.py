@@ -621,19 +621,20 @@ def unit_restarts(points, min_restarts=MIN_RESTARTS):
         "window_seconds": round(last["time"] - seen[0]["time"], 2)})
 
 
-def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None):
+def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None, unit_points=None):
     """Snapshots (oldest first, with rates) -> {'verdict', 'state', 'causes', 'window_seconds',
     'engines', 'pending'}.
 
     limits: the scheduler settings /metrics does not show (LIMIT_NAMES); max_num_seqs is kept
-    as its own argument for callers that know only that one.
+    as its own argument for callers that know only that one. unit_points: the unit's restart
+    counts over a longer span than the snapshots (unit_restarts); the snapshots' own otherwise.
     """
     th = dict(DEFAULT_THRESHOLDS)
     th.update(dict((k, v) for k, v in (thresholds or {}).items() if v is not None))
     lim = dict((k, v) for k, v in (limits or {}).items() if v)
     if max_num_seqs:
         lim["max_num_seqs"] = max_num_seqs
-    looping = unit_restarts(snapshots)
+    looping = unit_restarts(snapshots if unit_points is None else unit_points)
     down_cause, down_pending, outage = _availability(snapshots)
     if outage:
         # Other rules read a live engine; a dead one can serve frozen metrics (facts §4).

@@ -622,19 +622,14 @@ def cond_small_batched_tokens():
         srv.cleanup()
 
 
-def cond_queued_rejections():
-    cond = "queued-rejections"
-    srv = Server(kv_bytes=8 * MIB, max_num_seqs=16, extra=["--max-num-queued-reqs", "4"])
+def _rejection_window(cond, flag, value, spec, load, description, parts):
+    """A burst against a queue limit: samples until every request answered, then what each
+    part of the load got (parts: [(label, first index, end index)]) and one rejected body."""
+    srv = Server(kv_bytes=8 * MIB, max_num_seqs=16, extra=[flag, value])
     if not start_or_record(cond, srv):
         return {}
     try:
-        spec = [{"at": 0, "body": completion_body(20, 300, seed=k)} for k in range(16)]
-        spec += [{"at": 2.0, "body": completion_body(20, 50, seed=20 + k)} for k in range(8)]
-        load = {"burst": {"requests": 16, "prompt_words": 20, "max_tokens": 300},
-                "second_burst_at_s": 2.0,
-                "second_burst": {"requests": 8, "prompt_words": 20, "max_tokens": 50}}
-        w = Window(srv, cond, "--max-num-queued-reqs 4 under a burst of 16 requests and "
-                   "another of 8 two seconds later", load)
+        w = Window(srv, cond, description, load)
         w.sample()
         client = Client(srv.url, spec)
         w.event("burst of 16 sent")
@@ -643,41 +638,35 @@ def cond_queued_rejections():
         w.sample()
         res = client.results()["results"]
         bodies = sorted(set(r["body"][:200] for r in res if r["status"] != 200 and r["body"]))
-        what = "first burst: %s; second burst: %s; a rejected request's body: %s" % (
-            summarize(res[:16]), summarize(res[16:]), bodies[:1])
-        return w.entries(what)
+        what = "; ".join("%s: %s" % (label, summarize(res[lo:hi])) for label, lo, hi in parts)
+        return w.entries("%s; a rejected request's body: %s" % (what, bodies[:1]))
     finally:
         srv.cleanup()
+
+
+def cond_queued_rejections():
+    spec = [{"at": 0, "body": completion_body(20, 300, seed=k)} for k in range(16)]
+    spec += [{"at": 2.0, "body": completion_body(20, 50, seed=20 + k)} for k in range(8)]
+    load = {"burst": {"requests": 16, "prompt_words": 20, "max_tokens": 300},
+            "second_burst_at_s": 2.0,
+            "second_burst": {"requests": 8, "prompt_words": 20, "max_tokens": 50}}
+    return _rejection_window(
+        "queued-rejections", "--max-num-queued-reqs", "4", spec, load,
+        "--max-num-queued-reqs 4 under a burst of 16 requests and another of 8 two seconds later",
+        [("first burst", 0, 16), ("second burst", 16, 24)])
 
 
 def cond_queued_token_rejections():
-    cond = "queued-token-rejections"
-    srv = Server(kv_bytes=8 * MIB, max_num_seqs=16, extra=["--max-num-queued-tokens", "1000"])
-    if not start_or_record(cond, srv):
-        return {}
-    try:
-        spec = [{"at": 0, "body": completion_body(300, 200, seed=k, unique=True)}
-                for k in range(16)]
-        spec += [{"at": 2.0 + 0.5 * k, "body": completion_body(300, 50, seed=40 + k, unique=True)}
-                 for k in range(4)]
-        load = {"burst": {"requests": 16, "prompt_words": 300, "max_tokens": 200},
-                "then": {"requests": 4, "sent_at_s": [2.0, 2.5, 3.0, 3.5], "prompt_words": 300,
-                         "max_tokens": 50}}
-        w = Window(srv, cond, "--max-num-queued-tokens 1000 under a burst of 16 ~300-token "
-                   "prompts, then 4 single requests 0.5 s apart", load)
-        w.sample()
-        client = Client(srv.url, spec)
-        w.event("burst of 16 sent")
-        w.sample_every(1.0, count=5)
-        w.sample_every(1.0, until=client.done, max_count=40)
-        w.sample()
-        res = client.results()["results"]
-        bodies = sorted(set(r["body"][:200] for r in res if r["status"] != 200 and r["body"]))
-        what = "burst: %s; the 4 later single requests: %s; a rejected request's body: %s" % (
-            summarize(res[:16]), summarize(res[16:]), bodies[:1])
-        return w.entries(what)
-    finally:
-        srv.cleanup()
+    spec = [{"at": 0, "body": completion_body(300, 200, seed=k, unique=True)} for k in range(16)]
+    spec += [{"at": 2.0 + 0.5 * k, "body": completion_body(300, 50, seed=40 + k, unique=True)}
+             for k in range(4)]
+    load = {"burst": {"requests": 16, "prompt_words": 300, "max_tokens": 200},
+            "then": {"requests": 4, "sent_at_s": [2.0, 2.5, 3.0, 3.5], "prompt_words": 300,
+                     "max_tokens": 50}}
+    return _rejection_window(
+        "queued-token-rejections", "--max-num-queued-tokens", "1000", spec, load,
+        "--max-num-queued-tokens 1000 under a burst of 16 ~300-token prompts, then 4 single "
+        "requests 0.5 s apart", [("burst", 0, 16), ("the 4 later single requests", 16, 20)])
 
 
 def cond_engine_core_killed():

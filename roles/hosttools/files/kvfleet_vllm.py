@@ -36,7 +36,7 @@ from urllib.parse import unquote, urlsplit
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib"))
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
-    add_rates, diagnose, since_last_down, unit_restarts)
+    add_rates, diagnose, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # noqa: E402
     LIMITS, MAX_BODY_BYTES, DeadlineExceeded, FetchError, Response, check_encoding, check_range,
     check_url, check_window, read_body, redact_url, redirect_refused, sample as probe_sample,
@@ -521,15 +521,10 @@ def _sample_one(cfg, inst, history, window):
                    unit_result=state.get("Result"))
     add_rates(([dict(past[-1])] if past else []) + [now])
     recent = since_last_down([dict(h) for h in past[-(window - 1):]] + [now])
-    diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"), limits=inst.get("limits"))
-    looping = unit_restarts([dict(h) for h in past[-(window - 1):]] + [now])
-    if looping and "crash_loop" not in [c["id"] for c in diagnosis["causes"]]:
-        # the restarts before the last outage count too (since_last_down dropped them)
-        diagnosis["causes"].append(looping)
-        if looping["severity"] == "critical":
-            diagnosis["verdict"] = "unhealthy"
-        elif diagnosis["verdict"] == "healthy":
-            diagnosis["verdict"] = "degraded"
+    # restarts count over the whole window, the ones before the last outage too (since_last_down
+    # keeps only the current process's samples for the metric rules)
+    diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"), limits=inst.get("limits"),
+                         unit_points=past[-(window - 1):] + [now])
     found_trends, sustained = history_findings(cfg, past, now, diagnosis)
     line = dict(now, instance=inst["name"], verdict=diagnosis["verdict"],
                 state=diagnosis["state"], cause_ids=[c["id"] for c in diagnosis["causes"]],
