@@ -46,6 +46,17 @@ options:
     default: true
   ca_path:
     description:
-      - PEM file of the CA that signed the server's certificate.
+      - PEM file of the CA that signed the server's certificate (the server role's
+        C(vllm_server_tls_ca), which the deployment record names as C(tls.ca_file)). Without it
+        the system's trust store decides.
+    type: path
+  client_cert:
+    description:
+      - PEM client certificate to present, for a server that requires one
+        (C(vllm_server_tls_client_auth=required)).
+    type: path
+  client_key:
+    description:
+      - PEM private key of O(client_cert).
     type: path
 """

@@ -31,6 +31,8 @@ CONNECTION_ARGS = dict(
     timeout=dict(type="float", default=10.0),
     validate_certs=dict(type="bool", default=True),
     ca_path=dict(type="path"),
+    client_cert=dict(type="path"),
+    client_key=dict(type="path", no_log=False),
     max_body_bytes=dict(type="int", default=MAX_BODY_BYTES),
 )
 
@@ -84,6 +86,7 @@ def make_fetcher(module, target=None):
         def work():
             resp = open_url(base + path, headers=headers, timeout=timeout,
                             validate_certs=params["validate_certs"], ca_path=params.get("ca_path"),
+                            client_cert=params.get("client_cert"), client_key=params.get("client_key"),
                             follow_redirects="none", decompress=False, http_agent="kvfleet.vllm")
             try:
                 check_encoding(resp)

@@ -80,6 +80,53 @@ def _no_newline(where, value):
                             "systemd unit or environment file)" % where)
 
 
+_CLIENT_AUTH = {"none": 0, "optional": 1, "required": 2}
+# a path the role wrote: absolute, no line break, no space (it goes in argv and in systemd lines)
+_PATH = re.compile(r"^/[A-Za-z0-9._/+@:-]*$")
+
+
+def _tls(tls, prefix):
+    """The role's TLS settings -> {options (vLLM's --ssl-* as option keys), server_name, probe}.
+
+    `probe` is what a probe on the host uses: ca_file (None: the system's trust store),
+    client_cert and client_key (when the server requires a client certificate)."""
+    tls = dict((k, v) for k, v in (tls or {}).items() if v not in _UNSET)
+    out = {"options": {}, "server_name": None, "probe": {"ca_file": None, "client_cert": None,
+                                                         "client_key": None}}
+    if not tls.get("certfile"):
+        return out
+    for key in ("certfile", "keyfile", "ca_file", "probe_cert", "probe_key"):
+        value = tls.get(key)
+        if value is not None and not (isinstance(value, str) and _PATH.match(value)):
+            raise InstanceError("%stls: %s must be an absolute path without spaces, got %r"
+                                % (prefix, key, value))
+    if not tls.get("keyfile"):
+        raise InstanceError("%stls_cert needs %stls_key (the certificate's private key)" % (prefix, prefix))
+    auth = str(tls.get("client_auth", "none"))
+    if auth not in _CLIENT_AUTH:
+        raise InstanceError("%stls_client_auth must be one of none, optional, required; got %r"
+                            % (prefix, tls.get("client_auth")))
+    if auth != "none" and not tls.get("ca_file"):
+        raise InstanceError("%stls_client_auth %s needs %stls_ca (the CA that signs client "
+                            "certificates)" % (prefix, auth, prefix))
+    if auth == "required" and not (tls.get("probe_cert") and tls.get("probe_key")):
+        raise InstanceError("%stls_client_auth required needs %stls_probe_cert and %stls_probe_key: "
+                            "the collection's own probes must present a client certificate"
+                            % (prefix, prefix, prefix))
+    name = tls.get("server_name")
+    if name is not None and not (isinstance(name, str) and re.match(r"^[A-Za-z0-9.-]+$", name)):
+        raise InstanceError("%stls_server_name must be a host name (letters, digits, '.', '-'), "
+                            "got %r" % (prefix, name))
+    out["options"] = {"ssl_certfile": tls["certfile"], "ssl_keyfile": tls["keyfile"]}
+    if auth != "none":
+        out["options"].update(ssl_ca_certs=tls["ca_file"], ssl_cert_reqs=_CLIENT_AUTH[auth])
+    out["server_name"] = name
+    out["probe"] = {"ca_file": tls.get("ca_file"),
+                    "client_cert": tls.get("probe_cert") if auth != "none" else None,
+                    "client_key": tls.get("probe_key") if auth != "none" else None}
+    return out
+
+
 def build(instances, settings):
     """Role variables -> (list of instance dicts, warnings).
 
@@ -87,7 +134,9 @@ def build(instances, settings):
     variables, vllm_server_options already merged over them), extra_args, port (default),
     environment, config_dir, api_key_set, allow_unauthenticated, var_prefix, and optionally
     flag_manifest (the installed vLLM's, read back by the role), strict_flags, allow_v0_engine,
-    api_key_rotation (previous keys are accepted: argv reads them from <config_dir>/<name>.keys.yaml).
+    api_key_rotation (previous keys are accepted: argv reads them from <config_dir>/<name>.keys.yaml),
+    tls (host paths: certfile, keyfile, ca_file, client_auth none/optional/required, server_name,
+    probe_cert, probe_key; see _tls_options).
     """
     prefix = settings.get("var_prefix", "vllm_server_")
     if not isinstance(instances, list) or not instances:
@@ -125,6 +174,8 @@ def build(instances, settings):
             raise InstanceError("%s.port must be an integer from 1 to 65535, got %r"
                                 % (where, inst.get("port", settings.get("port"))))
         options["port"] = port
+        tls = _tls(settings.get("tls"), prefix)
+        options.update(tls["options"])
         options["extra_args"] = list(settings.get("extra_args") or []) + list(inst_extra)
         options = dict((k, v) for k, v in options.items() if v not in _UNSET)
         try:
@@ -164,6 +215,11 @@ def build(instances, settings):
                 "anyone could use the server. Set %sapi_key, or %sallow_unauthenticated: true "
                 "if a proxy in front of it authenticates."
                 % (where, repr(bind) if bind else "every interface (no --host)", prefix, prefix, prefix))
+        # https exactly when vLLM gets a certificate (the role's variables or extra_args)
+        https = flag_value(argv, "--ssl-certfile") is not None
+        if tls["options"] and not https:
+            raise InstanceError("%s: %stls_cert is set but this vLLM (%s) does not accept "
+                                "--ssl-certfile: it would serve plain HTTP" % (where, prefix, settings["version"]))
         seqs = _int_or_none(flag_value(argv, "--max-num-seqs"))
         # the scheduler settings /metrics does not show, for the gate's diagnosis
         limits = dict((flag[2:].replace("-", "_"), _int_or_none(flag_value(argv, flag)))
@@ -184,7 +240,11 @@ def build(instances, settings):
             raise InstanceError("%s.cuda_visible_devices must be GPU indices or UUIDs separated "
                                 "by commas, such as 0 or 0,1; got %r" % (where, cuda))
         gmu = options.get("gpu_memory_utilization")
-        url = "http://%s:%d" % (probe_host(bind), port)
+        host = tls["server_name"] if https and tls["server_name"] else probe_host(bind)
+        url = "%s://%s:%d" % ("https" if https else "http", host, port)
+        # what every probe on the host needs to check the server's certificate (and present
+        # its own, when the server requires one); None: plain HTTP
+        probe_tls = tls["probe"] if https else None
         unit = "vllm-%s.service" % name
         env_file = "%s/%s.env" % (settings.get("config_dir", "/etc/vllm"), name)
         out.append({
@@ -203,9 +263,10 @@ def build(instances, settings):
             "environment": environment,
             "env_file": env_file,
             "keys_file": keys_file,
+            "tls": probe_tls,
             # what the host program, the monitor, the restart guard and the playbooks read back
             "record": {"name": name, "unit": unit, "url": url, "port": port, "bind": bind,
                        "max_num_seqs": seqs, "limits": limits, "drain_seconds": drain,
-                       "env_file": env_file},
+                       "env_file": env_file, "tls": probe_tls},
         })
     return out, warnings

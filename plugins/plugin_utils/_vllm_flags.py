@@ -196,6 +196,13 @@ OPTIONS = (
     ("download_dir", dict(flag="--download-dir", check=_string)),
     ("tokenizer", dict(flag="--tokenizer", check=_string)),
     ("chat_template", dict(flag="--chat-template", check=_string)),
+    # TLS on the API server (vllm/entrypoints/openai/cli_args.py, 0.8.0 to 0.33.0): the role
+    # renders them from its vllm_server_tls_* variables. --ssl-cert-reqs is Python's ssl.CERT_*
+    # number: 0 none, 1 optional, 2 required (a client certificate).
+    ("ssl_keyfile", dict(flag="--ssl-keyfile", check=_string)),
+    ("ssl_certfile", dict(flag="--ssl-certfile", check=_string)),
+    ("ssl_ca_certs", dict(flag="--ssl-ca-certs", check=_string)),
+    ("ssl_cert_reqs", dict(flag="--ssl-cert-reqs", check=_int(0, 2))),
     ("uvicorn_log_level", dict(flag="--uvicorn-log-level",
                                check=_choice("critical", "error", "warning", "info", "debug",
                                              "trace"))),

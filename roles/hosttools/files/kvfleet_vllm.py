@@ -55,7 +55,18 @@ def log(level, text):
     stream.flush()
 
 
-def http_request(url, timeout, headers=None, data=None, max_body_bytes=MAX_BODY_BYTES):
+def tls_context(tls=None):
+    """The TLS settings of an https server ({ca_file, client_cert, client_key}, from the
+    deployment record or the command line) as an SSL context: the certificate is always checked
+    (against ca_file, else the system's trust store) and its name matched to the URL's host."""
+    tls = tls if isinstance(tls, dict) else {}
+    context = ssl.create_default_context(cafile=tls.get("ca_file") or None)
+    if tls.get("client_cert"):
+        context.load_cert_chain(tls["client_cert"], tls.get("client_key") or None)
+    return context
+
+
+def http_request(url, timeout, headers=None, data=None, max_body_bytes=MAX_BODY_BYTES, context=None):
     """One HTTP request by http.client: (status, reason, Location header, body).
 
     Never follows a redirect (the caller sees the 3xx), ends within `timeout` seconds in all
@@ -76,7 +87,7 @@ def http_request(url, timeout, headers=None, data=None, max_body_bytes=MAX_BODY_
     def work():
         if parts.scheme == "https":
             conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout,
-                                               context=ssl.create_default_context())
+                                               context=context or tls_context())
         else:
             conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
         held["conn"] = conn
@@ -99,11 +110,13 @@ def http_request(url, timeout, headers=None, data=None, max_body_bytes=MAX_BODY_
     return with_deadline(work, timeout, abort)
 
 
-def make_fetcher(base_url, timeout, api_key=None, max_body_bytes=MAX_BODY_BYTES):
-    """fetch(path) -> Response for _probe; raises ValueError at once for an unusable URL."""
+def make_fetcher(base_url, timeout, api_key=None, max_body_bytes=MAX_BODY_BYTES, tls=None):
+    """fetch(path) -> Response for _probe; raises ValueError at once for an unusable URL, and
+    OSError/ssl.SSLError for unreadable TLS files (`tls`: see tls_context)."""
     error = check_url(base_url)
     if error:
         raise ValueError(error)
+    context = tls_context(tls) if base_url.startswith("https:") else None
     headers = {"Accept": "text/plain, application/json"}
     if api_key:
         headers["Authorization"] = "Bearer %s" % api_key
@@ -112,7 +125,7 @@ def make_fetcher(base_url, timeout, api_key=None, max_body_bytes=MAX_BODY_BYTES)
     def fetch(path):
         try:
             status, reason, location, body = http_request(base + path, timeout, headers,
-                                                          max_body_bytes=max_body_bytes)
+                                                          max_body_bytes=max_body_bytes, context=context)
         except DeadlineExceeded:
             return Response(None, b"", "timed out after %ss (one deadline for the whole request)"
                             % timeout)
@@ -165,7 +178,12 @@ def wait_healthy(args):
     """Exit 0 once /health answers 200; exit 1 at once if the unit fails or restarts."""
     start = time.time()
     restarts = unit_state(args.unit)["NRestarts"]
-    fetch = make_fetcher(args.url, args.probe_timeout)
+    try:
+        fetch = make_fetcher(args.url, args.probe_timeout, tls=cli_tls(args))
+    except OSError as exc:  # an unreadable CA or client certificate: named, no traceback
+        print("%s: cannot probe %s: %s" % (args.unit, redact_url(args.url),
+                                          scrub("%s: %s" % (type(exc).__name__, exc))), file=sys.stderr)
+        return 1
     while True:
         state = unit_state(args.unit)
         if state.get("ActiveState") == "failed" or state["NRestarts"] > restarts:
@@ -184,18 +202,24 @@ def wait_healthy(args):
         time.sleep(args.delay)
 
 
-def take(url, api_key=None, timeout=10):
-    """One sample, or the record of a server that could not be read (a URL that cannot be one
-    included)."""
+def cli_tls(args):
+    """--ca-file, --client-cert, --client-key as tls_context's settings."""
+    return {"ca_file": getattr(args, "ca_file", None), "client_cert": getattr(args, "client_cert", None),
+            "client_key": getattr(args, "client_key", None)}
+
+
+def take(url, api_key=None, timeout=10, tls=None):
+    """One sample, or the record of a server that could not be read (a URL that cannot be one,
+    or TLS files that cannot be read, included)."""
     try:
-        fetch = make_fetcher(url, timeout, api_key)
-    except ValueError as exc:
-        return unreachable_snapshot(url, exc)
+        fetch = make_fetcher(url, timeout, api_key, tls=tls)
+    except (ValueError, OSError) as exc:
+        return unreachable_snapshot(url, scrub("%s: %s" % (type(exc).__name__, exc)))
     return probe_sample(fetch, url)
 
 
 def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, timeout=10,
-             limits=None):
+             limits=None, tls=None):
     """The gate as cache_gate runs it: a window, extended while it looks like a stall or an
     outage until decided."""
     error = (check_range("samples", samples) or check_range("interval", interval)
@@ -207,7 +231,7 @@ def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, time
         return diagnose(add_rates(snaps), max_num_seqs=max_num_seqs, limits=limits)
 
     snaps, result, extended = sample_until_decided(
-        make_fetcher(url, timeout, api_key), url, samples, interval, judge)
+        make_fetcher(url, timeout, api_key, tls=tls), url, samples, interval, judge)
     result["samples"] = snaps
     result["extended_seconds"] = extended
     return result
@@ -215,8 +239,12 @@ def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, time
 
 def gate(args):
     """Print the gate result as JSON; exit 0 healthy, 1 degraded, 2 unhealthy."""
-    result = run_gate(args.url, args.samples, args.interval, args.max_num_seqs,
-                      os.environ.get("VLLM_API_KEY"), args.probe_timeout)
+    try:
+        result = run_gate(args.url, args.samples, args.interval, args.max_num_seqs,
+                          os.environ.get("VLLM_API_KEY"), args.probe_timeout, tls=cli_tls(args))
+    except OSError as exc:  # unreadable CA or client certificate: say which, no traceback
+        print(scrub("%s: %s" % (type(exc).__name__, exc)), file=sys.stderr)
+        return 2
     json.dump(result, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return {"healthy": 0, "degraded": 1}.get(result["verdict"], 2)
@@ -252,9 +280,19 @@ def warmup(args):
     base = args.url.rstrip("/")
     start = time.time()
     result = {"url": redact_url(base)}
+    context = None
+    if base.startswith("https:"):
+        try:
+            context = tls_context(cli_tls(args))
+        except OSError as exc:  # an unreadable CA or client certificate, named, no traceback
+            result["error"] = scrub("%s: %s" % (type(exc).__name__, exc))
+            json.dump(result, sys.stdout, sort_keys=True)
+            sys.stdout.write("\n")
+            return 1
 
     def call(path, data=None):
-        status, reason, location, raw = http_request(base + path, args.timeout, headers, data)
+        status, reason, location, raw = http_request(base + path, args.timeout, headers, data,
+                                                     context=context)
         if 300 <= status < 400:
             raise FetchError("HTTP %s from %s: %s" % (status, path, redirect_refused(location)))
         if status >= 300:
@@ -341,11 +379,16 @@ def _wait_idle(inst, timeout):
     """Wait, bounded, until nothing runs or waits. Returns the last snapshot."""
     deadline = time.time() + timeout
     while True:
-        snap = take(inst["url"])
+        snap = take(inst["url"], tls=inst.get("tls"))
         busy = (snap.get("requests_running") or 0) + (snap.get("requests_waiting") or 0)
         if snap.get("error") or busy == 0 or time.time() >= deadline:
             return snap
         time.sleep(2)
+
+
+def _tls_args(tls):
+    tls = tls if isinstance(tls, dict) else {}
+    return dict((k, tls.get(k)) for k in ("ca_file", "client_cert", "client_key"))
 
 
 def restart_one(cfg, inst):
@@ -366,7 +409,7 @@ def restart_one(cfg, inst):
             "(%ss)" % (unit, age, cfg.get("health_timeout", 900)))
         return "skipped"
     # put to sleep on purpose (--enable-sleep-mode): a restart would wake it with a cold cache
-    now = take(inst["url"], os.environ.get("VLLM_API_KEY"))
+    now = take(inst["url"], os.environ.get("VLLM_API_KEY"), tls=inst.get("tls"))
     if (now.get("engines_sleeping") or 0) >= 1:
         log(INFO, "%s: not restarting: the engine is sleeping (vllm:engine_sleep_state); the "
             "guard never restarts a sleeping engine" % unit)
@@ -374,7 +417,7 @@ def restart_one(cfg, inst):
     if cfg.get("mode") == "when_degraded":
         result = run_gate(inst["url"], cfg.get("gate_samples", 3), cfg.get("gate_interval", 2),
                           inst.get("max_num_seqs"), os.environ.get("VLLM_API_KEY"),
-                          limits=inst.get("limits"))
+                          limits=inst.get("limits"), tls=inst.get("tls"))
         found = [c["id"] for c in result["causes"]]
         curing = [c for c in found if c in cfg.get("causes", [])]
         if not curing:
@@ -403,7 +446,7 @@ def restart_one(cfg, inst):
         log(ERR, "%s: systemctl restart failed: %s" % (unit, proc.stderr.strip()))
         return "failed"
     waiter = argparse.Namespace(unit=unit, url=inst["url"], timeout=cfg.get("health_timeout", 900),
-                                delay=2, probe_timeout=3)
+                                delay=2, probe_timeout=3, **_tls_args(inst.get("tls")))
     if wait_healthy(waiter) != 0:
         log(ERR, "%s: did not come back healthy after the restart; left out of the load "
             "balancer (post-restart commands not run)" % unit)
@@ -513,7 +556,7 @@ def trends_report(args):
 def _sample_one(cfg, inst, history, window):
     """Sample and diagnose one instance: (history line, textfile result, log level, log text)."""
     past = [h for h in history if h.get("instance") == inst["name"]]
-    now = take(inst["url"], os.environ.get("VLLM_API_KEY"))
+    now = take(inst["url"], os.environ.get("VLLM_API_KEY"), tls=inst.get("tls"))
     # systemd's count of restarts nobody asked for: the monitor's crash_loop evidence
     state = unit_state(inst["unit"]) if inst.get("unit") else {}
     if state.get("ActiveState"):
@@ -617,6 +660,13 @@ _DELAY = (0, True, 3600, "0 or more seconds")
 _MAX_TOKENS = (1, True, 100000, "1 or more")
 
 
+def _add_tls_options(p):
+    p.add_argument("--ca-file", help="https: the CA bundle that signed the server's certificate "
+                   "(default: the system's trust store)")
+    p.add_argument("--client-cert", help="https: a client certificate to present (PEM)")
+    p.add_argument("--client-key", help="https: the client certificate's key (PEM)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="kvfleet-vllm", description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -626,6 +676,7 @@ def main(argv=None):
     p.add_argument("--timeout", type=_number("--timeout", _WAIT), default=900)
     p.add_argument("--delay", type=_number("--delay", _DELAY), default=2)
     p.add_argument("--probe-timeout", type=_number("--probe-timeout", LIMITS["timeout"]), default=3)
+    _add_tls_options(p)
     p.set_defaults(func=wait_healthy)
     p = sub.add_parser("gate", help="sample a server and diagnose its KV cache (JSON)")
     p.add_argument("--url", required=True, type=_base_url)
@@ -633,6 +684,7 @@ def main(argv=None):
     p.add_argument("--interval", type=_number("--interval", LIMITS["interval"]), default=2)
     p.add_argument("--max-num-seqs", type=_number("--max-num-seqs", (1, True, 2 ** 31, "1 or more"), int))
     p.add_argument("--probe-timeout", type=_number("--probe-timeout", LIMITS["timeout"]), default=10)
+    _add_tls_options(p)
     p.set_defaults(func=gate)
     p = sub.add_parser("restart-guard", help="drain-aware restart of this host's instances")
     p.add_argument("--config", required=True)
@@ -649,6 +701,7 @@ def main(argv=None):
     p.add_argument("--prompt", default="Hello")
     p.add_argument("--max-tokens", type=_number("--max-tokens", _MAX_TOKENS, int), default=4)
     p.add_argument("--timeout", type=_number("--timeout", _LONG_TIMEOUT), default=120)
+    _add_tls_options(p)
     p.set_defaults(func=warmup)
     args = parser.parse_args(argv)
     if args.command == "gate":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import http.server
 import os
+import ssl
 import threading
 import time
 
@@ -27,6 +28,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        # read a POST's body: a TLS connection closed with unread data is reset, not answered
+        length = self.headers.get("Content-Length")
+        if length and length.isdigit():
+            self.rfile.read(int(length))
         self.server.owner.requests.append({"method": "GET", "path": self.path,
                                            "headers": dict(self.headers.items())})
         try:
@@ -47,16 +52,45 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-class LocalServer(object):
-    """with LocalServer(behaviour) as srv: srv.url, srv.requests."""
+TLS = os.path.join(os.path.dirname(fixtures.METRICS), "tls")
 
-    def __init__(self, behaviour):
+
+def tls_file(name):
+    """A file of the test-only TLS material (tests/fixtures/tls/README.md)."""
+    return os.path.join(TLS, name)
+
+
+class _TLSServer(http.server.ThreadingHTTPServer):
+    # the handshake happens in the request's thread: a client that fails it (an untrusted
+    # certificate, no client certificate) cannot stall the accept loop
+    def finish_request(self, request, client_address):
+        try:
+            request = self.context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        http.server.ThreadingHTTPServer.finish_request(self, request, client_address)
+
+
+class LocalServer(object):
+    """with LocalServer(behaviour) as srv: srv.url, srv.requests.
+
+    `tls`: None (http), "server" (https with tests/fixtures/tls/server.crt), or "client"
+    (https that also requires a client certificate signed by the test CA)."""
+
+    def __init__(self, behaviour, tls=None):
         self.behaviour = behaviour
         self.requests = []
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd = (_TLSServer if tls else http.server.ThreadingHTTPServer)(("127.0.0.1", 0), _Handler)
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(tls_file("server.crt"), tls_file("server.key"))
+            if tls == "client":
+                context.verify_mode = ssl.CERT_REQUIRED
+                context.load_verify_locations(tls_file("ca.crt"))
+            self.httpd.context = context
         self.httpd.daemon_threads = True
         self.httpd.owner = self
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.httpd.server_address[1])
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self):

@@ -41,7 +41,7 @@ def test_defaults_give_loopback_unit_url_cap_drain_and_record():
     assert inst["env_file"] == "/etc/vllm/main.env"
     assert inst["record"] == {"name": "main", "unit": "vllm-main.service", "url": "http://127.0.0.1:8000",
                               "port": 8000, "bind": "127.0.0.1", "max_num_seqs": 4,
-                              "drain_seconds": 20, "env_file": "/etc/vllm/main.env",
+                              "drain_seconds": 20, "env_file": "/etc/vllm/main.env", "tls": None,
                               "limits": {"max_num_seqs": 4, "max_model_len": 1024,
                                          "max_num_batched_tokens": None,
                                          "max_num_active_seqs": None}}
@@ -168,3 +168,69 @@ def test_a_key_rotation_reads_the_keys_from_a_file_never_from_argv():
                                             "vllm_server_api_keys_previous"):
         one({"name": "main", "port": 8000, "extra_args": ["--config", "/x.yaml"]},
             api_key_rotation=True)
+
+
+# The server role's TLS settings as roles/server/vars/main.yml builds them (host paths)
+TLS = dict(certfile="/etc/vllm/tls/server.crt", keyfile="/etc/vllm/tls/server.key",
+           ca_file="/etc/vllm/tls/ca.crt", client_auth="none", server_name="",
+           probe_cert="", probe_key="")
+
+
+def test_tls_serves_https_and_every_probe_gets_the_ca():
+    inst = one(tls=TLS)
+    assert inst["url"] == "https://127.0.0.1:8000" and inst["record"]["url"] == inst["url"]
+    assert flag_value(inst["argv"], "--ssl-certfile") == "/etc/vllm/tls/server.crt"
+    assert flag_value(inst["argv"], "--ssl-keyfile") == "/etc/vllm/tls/server.key"
+    # no client certificates asked for: vLLM gets neither the CA nor --ssl-cert-reqs
+    assert flag_value(inst["argv"], "--ssl-ca-certs") is None
+    assert flag_value(inst["argv"], "--ssl-cert-reqs") is None
+    assert inst["record"]["tls"] == {"ca_file": "/etc/vllm/tls/ca.crt", "client_cert": None, "client_key": None}
+
+
+def test_tls_off_is_plain_http_with_no_ssl_flag():
+    inst = one(tls=dict(TLS, certfile="", keyfile="", ca_file=""))
+    assert inst["url"] == "http://127.0.0.1:8000" and inst["record"]["tls"] is None
+    assert not [a for a in inst["argv"] if a.startswith("--ssl")]
+
+
+def test_tls_server_name_replaces_the_probe_address():
+    inst = one(tls=dict(TLS, server_name="gpu-01.example.net"), options={"host": "0.0.0.0"}, api_key_set=True)
+    assert inst["url"] == "https://gpu-01.example.net:8000"
+
+
+@pytest.mark.parametrize("auth,reqs", [("optional", "1"), ("required", "2")])
+def test_client_certificates_render_cert_reqs_and_the_probe_presents_one(auth, reqs):
+    inst = one(tls=dict(TLS, client_auth=auth, probe_cert="/etc/vllm/tls/probe.crt",
+                        probe_key="/etc/vllm/tls/probe.key"))
+    assert flag_value(inst["argv"], "--ssl-cert-reqs") == reqs
+    assert flag_value(inst["argv"], "--ssl-ca-certs") == "/etc/vllm/tls/ca.crt"
+    assert inst["record"]["tls"] == {"ca_file": "/etc/vllm/tls/ca.crt", "client_cert": "/etc/vllm/tls/probe.crt",
+                                     "client_key": "/etc/vllm/tls/probe.key"}
+
+
+def test_https_given_in_extra_args_is_probed_over_https():
+    inst = one(extra_args=["--ssl-certfile", "/srv/c.pem", "--ssl-keyfile", "/srv/k.pem"])
+    assert inst["url"].startswith("https://") and inst["record"]["tls"]["ca_file"] is None
+
+
+@pytest.mark.parametrize("tls,words", [
+    (dict(TLS, keyfile=""), "vllm_server_tls_key"),
+    (dict(TLS, client_auth="always"), "none, optional, required"),
+    (dict(TLS, client_auth="optional", ca_file=""), "vllm_server_tls_ca"),
+    (dict(TLS, client_auth="required"), "vllm_server_tls_probe_cert"),
+    (dict(TLS, certfile="/etc/vllm/tls/a b.crt"), "absolute path"),
+    (dict(TLS, certfile="/etc/x\nExecStartPre=+/bin/sh"), "absolute path"),
+    (dict(TLS, server_name="a b"), "vllm_server_tls_server_name"),
+])
+def test_bad_tls_settings_are_refused_naming_the_variable(tls, words):
+    with pytest.raises(InstanceError) as err:
+        one(tls=tls)
+    assert words in str(err.value)
+
+
+def test_tls_with_a_vllm_that_lacks_ssl_flags_is_refused_not_served_plain():
+    manifest = {"vllm_version": "0.32.0", "flags": {"--model": {}, "--port": {}, "--host": {},
+                                               "--max-num-seqs": {}, "--max-model-len": {}}}
+    with pytest.raises(InstanceError) as err:
+        one(tls=TLS, flag_manifest=manifest)
+    assert "plain HTTP" in str(err.value)
