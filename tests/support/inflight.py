@@ -1,11 +1,17 @@
 """Send N completions at once to a local vLLM and report how each ended (stdlib only).
 
-usage: inflight.py URL N MAX_TOKENS [API_KEY]
+usage: inflight.py URL N MAX_TOKENS [API_KEY | @ENV_FILE]
+@ENV_FILE reads VLLM_API_KEY from the instance's environment file, so that the key is on no
+command line (the fleet's canary-secret check searches the hosts' journals).
+https: INFLIGHT_CA (the CA file), INFLIGHT_CERT and INFLIGHT_KEY (a client certificate) from
+the environment.
 Prints one JSON object: counts of complete (HTTP 200, finish_reason length, all tokens),
 truncated (HTTP 200 but aborted or short: what a naive client takes for success) and failed.
 Bounded: N requests, loopback only, 300 s timeout each.
 """
 import json
+import os
+import ssl
 import sys
 import threading
 import time
@@ -14,7 +20,15 @@ import urllib.request
 
 url, n, max_tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 key = sys.argv[4] if len(sys.argv) > 4 else ""
+if key.startswith("@"):
+    with open(key[1:]) as env:
+        key = dict(line.strip().split("=", 1) for line in env if "=" in line).get("VLLM_API_KEY", "").strip('"')
 results = [None] * n
+context = None
+if url.startswith("https:"):
+    context = ssl.create_default_context(cafile=os.environ.get("INFLIGHT_CA"))
+    if os.environ.get("INFLIGHT_CERT"):
+        context.load_cert_chain(os.environ["INFLIGHT_CERT"], os.environ.get("INFLIGHT_KEY"))
 
 
 def one(i):
@@ -26,7 +40,7 @@ def one(i):
     t0 = time.time()
     try:
         req = urllib.request.Request(url + "/v1/completions", data=body, headers=headers)
-        with urllib.request.urlopen(req, timeout=300) as resp:
+        with urllib.request.urlopen(req, timeout=300, context=context) as resp:
             data = json.load(resp)
         choice = data["choices"][0]
         done = (choice["finish_reason"] == "length"

@@ -62,8 +62,19 @@ def tls_context(tls=None):
     tls = tls if isinstance(tls, dict) else {}
     context = ssl.create_default_context(cafile=tls.get("ca_file") or None)
     if tls.get("client_cert"):
-        context.load_cert_chain(tls["client_cert"], tls.get("client_key") or None)
+        context.load_cert_chain(credential(tls["client_cert"]), credential(tls.get("client_key")) or None)
     return context
+
+
+def credential(path):
+    """A root-only file as the unprivileged monitor gets it: systemd's copy in
+    $CREDENTIALS_DIRECTORY (LoadCredential=, named by the file's name) when there is one."""
+    folder = os.environ.get("CREDENTIALS_DIRECTORY")
+    if path and folder:
+        copy = os.path.join(folder, os.path.basename(path))
+        if os.path.isfile(copy):
+            return copy
+    return path
 
 
 def http_request(url, timeout, headers=None, data=None, max_body_bytes=MAX_BODY_BYTES, context=None):

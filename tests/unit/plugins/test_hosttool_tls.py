@@ -119,3 +119,18 @@ def test_the_monitor_round_reads_an_https_instance(tmp_path, monkeypatch):
     assert by_name["a"]["healthy"] and by_name["a"]["verdict"] == "healthy"
     # b's record has no CA: the certificate is not trusted, the round says so for b alone
     assert not by_name["b"]["healthy"] and "CERTIFICATE_VERIFY_FAILED" in by_name["b"]["error"]
+
+
+def test_the_unprivileged_monitor_reads_the_client_key_from_its_credentials(tmp_path, monkeypatch):
+    # on disk the probe's key is root-only; systemd's LoadCredential= copy is what the monitor reads
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    for name in ("client.crt", "client.key"):
+        (creds / name).write_bytes(open(ls.tls_file(name), "rb").read())
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    unreadable = dict(CA, client_cert="/nonexistent/client.crt", client_key="/nonexistent/client.key")
+    with ls.LocalServer(ls.vllm(), tls="client") as srv:
+        assert prog.take(srv.url, timeout=5, tls=unreadable)["healthy"]
+        monkeypatch.delenv("CREDENTIALS_DIRECTORY")
+        snap = prog.take(srv.url, timeout=5, tls=unreadable)
+    assert not snap["healthy"] and "No such file" in snap["error"]
