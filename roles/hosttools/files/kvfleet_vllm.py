@@ -16,6 +16,7 @@ and rules as the modules. Standard library only.
 The restart guard, the monitor and trends read the instances from the deployment record that the
 configuration names (the server role writes it; one model of an instance, no copies).
   kvfleet-vllm warmup --url URL [--env-file /etc/vllm/main.env]    (one short completion, JSON)
+  kvfleet-vllm stale --unit vllm-main.service --file F ...          (process older than its files?)
 """
 
 from __future__ import annotations
@@ -170,6 +171,42 @@ def seconds_since_start(state, now=None):
     if entered <= 0:
         return None
     return (time.monotonic() if now is None else now) - entered / 1e6
+
+
+def stale(unit, files, now=None, now_mono=None):
+    """Whether a unit's running process is older than its configuration: an earlier run wrote
+    the unit or its files and stopped (an interrupt, a lost host) before it restarted the server.
+    Returns {unit, stale, why}; an inactive unit is never stale (starting it reads the files)."""
+    out = subprocess.run(["systemctl", "show", "-p", "ActiveState,MainPID,ExecMainStartTimestampMonotonic", unit],
+                         capture_output=True, text=True, check=False).stdout
+    state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    result = {"unit": unit, "stale": False, "why": None}
+    try:
+        started_mono = int(state.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
+    except ValueError:
+        started_mono = 0
+    if state.get("ActiveState") != "active" or state.get("MainPID") in (None, "", "0") or started_mono <= 0:
+        return result
+    # the process's start on the wall clock, which file times use
+    started = (time.time() if now is None else now) - ((time.monotonic() if now_mono is None else now_mono) - started_mono)
+    newer = []
+    for path in files:
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            continue  # a file that is gone changes nothing the process reads now
+        if mtime > started:
+            newer.append("%s (changed %.0fs after the process started)" % (path, mtime - started))
+    if newer:
+        result.update(stale=True, why="the running process (PID %s) predates %s" % (state["MainPID"], ", ".join(newer)))
+    return result
+
+
+def stale_command(args):
+    """Print stale()'s answer as JSON; exit 0 either way."""
+    json.dump(stale(args.unit, args.file or []), sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
 
 
 def journal_tail(unit, since=None, lines=15, scan=400):
@@ -689,6 +726,10 @@ def main(argv=None):
     p.add_argument("--probe-timeout", type=_number("--probe-timeout", LIMITS["timeout"]), default=3)
     _add_tls_options(p)
     p.set_defaults(func=wait_healthy)
+    p = sub.add_parser("stale", help="is a unit's running process older than its files? (JSON)")
+    p.add_argument("--unit", required=True)
+    p.add_argument("--file", action="append", help="a file the process read at start (repeat)")
+    p.set_defaults(func=stale_command)
     p = sub.add_parser("gate", help="sample a server and diagnose its KV cache (JSON)")
     p.add_argument("--url", required=True, type=_base_url)
     p.add_argument("--samples", type=_number("--samples", LIMITS["samples"], int), default=3)
