@@ -285,6 +285,8 @@ def latency(last, first=None, seconds=None):
     """
     if not isinstance(last, dict):
         last = {}
+    if first is not None and not isinstance(first, dict):
+        first = {}  # damaged: read as a reading without histograms
     where = "since the server started" if first is None else "in the window"
     out = {"basis": "since_start" if first is None else "window",
            "seconds": None if first is None else seconds}
@@ -297,6 +299,10 @@ def latency(last, first=None, seconds=None):
             start = _total(before)
             if start[0] is None:
                 start = (None, "the first reading of the window: %s" % start[1])
+            elif now and set(now) != set(before):
+                # sums over different engines are not one counter
+                start = (None, "the engines differ between the first and the last reading of "
+                               "the window")
         out[metric] = _quantiles(metric, _total(now), start, where)
         for engine in now:
             start = None
