@@ -33,8 +33,8 @@ Unlike Prometheus, which papers over some of them, no quantile is computed from 
 cannot be true: a count that is NaN, infinite, negative or larger than 2^53; an ``le`` that is not
 a number; two buckets with one ``le``; no +Inf bucket; no finite bucket; cumulative counts that
 fall as ``le`` grows; bounds that differ between the two readings or between engines that are
-added up; or counts that went down between the two readings (the server restarted in the window:
-its counters began again). Such a quantile is ``None`` with a ``reason``, as is one of a
+added up; or counts that went down from one reading of the window to the next (the server
+restarted in the window: its counters began again; Prometheus' rate() would guess across it). Such a quantile is ``None`` with a ``reason``, as is one of a
 histogram the server does not expose or a window in which nothing was observed (no request
 finished). Nothing here raises on bad input.
 """
@@ -59,6 +59,8 @@ _NOTHING = {"ttft": "no first token", "itl": "no token generated",
 # counts above this are not counts (and lose integer precision as floats); as _vllm_metrics
 _MAX_COUNT = 2 ** 53
 _DIGITS = 6  # microseconds: finer than any bucket bound vLLM uses
+_RESTARTED = ("the bucket counts went down in the window: the server restarted (its counters "
+              "began again)")
 _EXCERPT = 80
 
 
@@ -235,8 +237,7 @@ def _quantiles(metric, last, first, where):
         if first_bounds != bounds:
             return _empty("the bucket bounds changed in the window (another server version?)")
         if any(a > b for a, b in zip(first_counts, counts)):
-            return _empty("the bucket counts went down in the window: the server restarted "
-                          "(its counters began again)")
+            return _empty(_RESTARTED)
         counts = [_num(b - a) for a, b in zip(first_counts, counts)]
         bounds, counts = _checked(bounds, counts)
         if bounds is None:
@@ -274,9 +275,19 @@ def _total(engines):
     return _sum([engines[e] for e in ordered])
 
 
-def latency(last, first=None, seconds=None):
+def _went_down(readings):
+    """Whether counts fell between two consecutive readings [(bounds, counts)] of one series."""
+    for (b1, c1), (b2, c2) in zip(readings, readings[1:]):
+        if b1 is not None and b1 == b2 and any(a > b for a, b in zip(c1, c2)):
+            return True
+    return False
+
+
+def latency(last, first=None, seconds=None, between=()):
     """Quantiles from the histograms of one reading (since the server started) or of a window's
-    last and first readings (their difference). last/first: what histograms() returned.
+    last and first readings (their difference). last/first: what histograms() returned; between:
+    those of the readings in between, only checked for counts that went down (a restart between
+    the first and the last reading, whose difference alone would hide it).
 
     {"basis": "since_start" or "window", "seconds": the window's length or None,
      metric: {"p50", "p90", "p99": seconds or None, "count": observations or None,
@@ -291,9 +302,11 @@ def latency(last, first=None, seconds=None):
     out = {"basis": "since_start" if first is None else "window",
            "seconds": None if first is None else seconds}
     per_engine = {}
+    series = [first] + [h for h in between if isinstance(h, dict)] + [last]
     for metric, _families in METRICS:
         now = _engines(last, metric)
         before = _engines(first, metric) if first is not None else None
+        readings = [_engines(h, metric) for h in series] if first is not None else []
         start = None
         if before is not None:
             start = _total(before)
@@ -303,12 +316,17 @@ def latency(last, first=None, seconds=None):
                 # sums over different engines are not one counter
                 start = (None, "the engines differ between the first and the last reading of "
                                "the window")
+            elif _went_down([_total(r) for r in readings]):
+                start = (None, _RESTARTED)
         out[metric] = _quantiles(metric, _total(now), start, where)
         for engine in now:
             start = None
             if before is not None:
                 start = before.get(engine, (None, "engine %s is not in the first reading of the "
                                                   "window" % _short(engine)))
+                if start[0] is not None and _went_down([r.get(engine, (None, None))
+                                                        for r in readings]):
+                    start = (None, _RESTARTED)
             per_engine.setdefault(engine, {})[metric] = _quantiles(metric, now[engine], start,
                                                                    where)
     if len(per_engine) > 1:
@@ -336,4 +354,5 @@ def window(snapshots):
     seconds = None
     if _is_bound(last.get("time")) and _is_bound(first.get("time")):
         seconds = round(last["time"] - first["time"], 3)
-    return latency(last["histograms"], first["histograms"], seconds)
+    return latency(last["histograms"], first["histograms"], seconds,
+                   [s["histograms"] for s in readable[1:-1]])

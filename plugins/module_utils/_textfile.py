@@ -65,13 +65,14 @@ def render(results):
         family(name, help_text, samples)
     samples = []
     for r in results:
-        lat = (r["snapshot"] or {}).get("latency") or {}
+        lat = (r["snapshot"] or {}).get("latency")
         for metric, _families in METRICS:
-            entry = lat.get(metric) or {}
+            entry = lat.get(metric) if isinstance(lat, dict) else None
             for name, q in QUANTILES:
-                value = entry.get(name)
+                value = entry.get(name) if isinstance(entry, dict) else None
                 # absent, not 0 or NaN, when there is no quantile (see the entry's reason)
-                if isinstance(value, (int, float)) and math.isfinite(value):
+                if (isinstance(value, (int, float)) and not isinstance(value, bool)
+                        and math.isfinite(value)):
                     samples.append(({"instance": r["instance"], "metric": metric,
                                      "quantile": repr(q)}, value))
     family("kvfleet_vllm_latency_seconds",

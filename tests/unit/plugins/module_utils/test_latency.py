@@ -117,6 +117,19 @@ def test_restart_in_the_window_is_none_never_negative():
         assert got[name]["count"] is None
 
 
+def test_restart_between_the_first_and_last_reading_is_found():
+    # busy-0, busy-2, busy-0 again: first and last are equal, yet the server restarted between
+    busy0 = {"time": 1.0, "histograms": hists("vllm-0.32.0-cpu-busy-0.txt")}
+    busy2 = {"time": 6.8, "histograms": hists("vllm-0.32.0-cpu-busy-2.txt")}
+    got = window([busy0, busy2, dict(busy0, time=9.0)])
+    for name in NAMES:
+        assert_none(got[name], "restarted")
+    seq = fixtures.sequence("0.32.0", "dp2-one-overloaded")
+    dp = [{"time": t, "histograms": histograms(parse(text)[0])} for t, text in seq]
+    got = window([dp[0], dp[-1], dict(dp[0], time=99.0)])
+    assert_none(got["engines"]["0"]["itl"], "restarted")  # engine 0 generated 3434 tokens between
+
+
 def test_two_engines_are_added_up_and_kept_apart():
     seq = fixtures.sequence("0.32.0", "dp2-one-overloaded")
     first, last = [histograms(parse(text)[0]) for _t, text in (seq[0], seq[-1])]
