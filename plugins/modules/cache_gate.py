@@ -309,7 +309,7 @@ latency:
       that went down because the server restarted); C(engines) has them per engine when there
       are several. M(kvfleet.vllm.metrics_info) documents the keys (its C(metrics.latency))
       and the interpolation rule.
-    - They are reported, not judged: no cause comes from them.
+    - They are reported, not judged; no cause comes from them.
   returned: with O(url)
   type: dict
   sample: {"basis": "window", "seconds": 5.8, "ttft": {"p50": 0.0079, "p90": 0.0163,
