@@ -84,8 +84,8 @@ def _engine_key(engine):
 
 
 def _series(samples, family):
-    """{engine: [(le text, value)]} of one family's _bucket series, summed over model names
-    later; V0 has no engine label and is engine "0", as in the normalised view."""
+    """{labels other than le: [(le text, value)]}: one family's _bucket series, one entry per
+    series (histograms() adds those of one engine up)."""
     name = family + "_bucket"
     by_series = {}
     for s in samples:
@@ -169,6 +169,7 @@ def histograms(samples):
                 continue
             per_engine = {}
             for others, buckets in by_series.items():
+                # V0 has no engine label: its one engine is "0", as in the normalised view
                 engine = dict(others).get("engine", "0")
                 per_engine.setdefault(engine, []).append(_one_series(buckets))
             hist = {}
