@@ -28,6 +28,7 @@ import time
 
 from urllib.parse import urlsplit
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import histograms
 from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import PromParseError, parse
 from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_metrics import (
     NotVllmMetrics, normalize)
@@ -237,7 +238,9 @@ def _version(fetch):
 
 
 def snapshot(fetch, base_url, clock=time.time):
-    """Read the server once. Raises ProbeError when /metrics cannot be read or is not vLLM's."""
+    """Read the server once. Raises ProbeError when /metrics cannot be read or is not vLLM's.
+
+    The view has the latency histograms' cumulative counts in 'histograms' (see _latency)."""
     taken = clock()
     base_url = redact_url(base_url)  # the caller's fetch holds the credentials; results never
     resp = fetch("/metrics")
@@ -252,6 +255,8 @@ def snapshot(fetch, base_url, clock=time.time):
         view = normalize(samples)
     except (PromParseError, NotVllmMetrics) as exc:
         raise ProbeError("%s did not return vLLM metrics: %s" % (url, scrub(exc)))
+    # the cumulative bucket counts, for latency quantiles over a window (_latency)
+    view["histograms"] = histograms(samples)
     health = fetch("/health")
     view["healthy"] = health.status == 200
     view["health_status"] = health.status

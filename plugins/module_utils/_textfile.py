@@ -6,7 +6,10 @@
 
 from __future__ import annotations
 
+import math
+
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import CAUSE_IDS, VERDICTS
+from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import METRICS, QUANTILES
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import TREND_IDS
 
 __all__ = ["render"]
@@ -60,6 +63,21 @@ def render(results):
             if source.get(key) is not None:  # absent, not 0, when vLLM does not expose it
                 samples.append(({"instance": r["instance"]}, source[key]))
         family(name, help_text, samples)
+    samples = []
+    for r in results:
+        lat = (r["snapshot"] or {}).get("latency")
+        for metric, _families in METRICS:
+            entry = lat.get(metric) if isinstance(lat, dict) else None
+            for name, q in QUANTILES:
+                value = entry.get(name) if isinstance(entry, dict) else None
+                # absent, not 0 or NaN, when there is no quantile (see the entry's reason)
+                if (isinstance(value, (int, float)) and not isinstance(value, bool)
+                        and math.isfinite(value)):
+                    samples.append(({"instance": r["instance"], "metric": metric,
+                                     "quantile": repr(q)}, value))
+    family("kvfleet_vllm_latency_seconds",
+           "Latency quantile over the monitor window, from vLLM's histograms (metric: ttft, itl, "
+           "queue, e2e; see docs/kv-cache.md).", samples)
     family("kvfleet_vllm_verdict", "1 for the instance's current cache_gate verdict.",
            [({"instance": r["instance"], "verdict": v}, r["diagnosis"]["verdict"] == v)
             for r in results for v in VERDICTS])

@@ -287,8 +287,8 @@ causes:
       type: str
 samples:
   description: The normalised snapshots (as M(kvfleet.vllm.metrics_info) returns them, without
-    the per-engine and per-model views, with their C(invalid) lists), each with C(rates) per
-    second against the one before.
+    the per-engine and per-model views and without C(latency), see RV(latency)), with their
+    C(invalid) lists, each with C(rates) per second against the one before.
   returned: with O(url)
   type: list
   elements: dict
@@ -296,6 +296,24 @@ window_seconds:
   description: Seconds between the first and the last sample (extension included).
   returned: with O(url)
   type: float
+latency:
+  version_added: 0.3.0
+  description:
+    - Time-to-first-token (C(ttft)), inter-token (C(itl)), queue (C(queue)) and end-to-end
+      (C(e2e)) latency quantiles over the window, from the difference of vLLM's histogram
+      bucket counts between the first and the last readable sample (C(basis=window)), as
+      Prometheus' C(histogram_quantile) over C(rate()) computes them; since the server started
+      (C(basis=since_start)) when only one sample could be read.
+    - Each has C(p50), C(p90), C(p99) (seconds), C(count) (observations in the window) and
+      C(reason) (why the quantiles are null, such as nothing observed in the window, or counts
+      that went down because the server restarted); C(engines) has them per engine when there
+      are several. M(kvfleet.vllm.metrics_info) documents the keys (its C(metrics.latency))
+      and the interpolation rule.
+    - They are reported, not judged; no cause comes from them.
+  returned: with O(url)
+  type: dict
+  sample: {"basis": "window", "seconds": 5.8, "ttft": {"p50": 0.0079, "p90": 0.0163,
+           "p99": 0.0196, "count": 11, "reason": null}}
 engines:
   description: Per engine (data-parallel rank) its C(model), C(state) and C(verdict).
   returned: with O(url)
@@ -319,7 +337,8 @@ msg:
 results:
   description: With O(targets), one entry per target, in the order of O(targets), each with
     the keys a run with O(url) returns (C(verdict), C(state), C(causes), C(samples),
-    C(window_seconds), C(engines), C(pending), C(extended_seconds), C(msg)) and these.
+    C(window_seconds), C(latency), C(engines), C(pending), C(extended_seconds), C(msg)) and
+    these.
   returned: with O(targets)
   type: list
   elements: dict
@@ -379,6 +398,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
     LIMIT_NAMES, VERDICTS, add_rates, diagnose)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import window
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
     check_range, check_window, redact_url, sample_until_decided, sample_window, scrub)
 
@@ -445,7 +465,11 @@ def _gate(module, fetch, url, limits):
     else:
         snaps = sample_window(fetch, url, p["samples"], p["interval"])
         result, extended = judge(snaps), 0.0
-    return dict(msg=summary(url, result), samples=snaps, extended_seconds=extended, **result)
+    latency = window(snaps)
+    for snap in snaps:
+        snap.pop("histograms", None)  # raw bucket counts: what latency was computed from
+    return dict(msg=summary(url, result), samples=snaps, extended_seconds=extended,
+                latency=latency, **result)
 
 
 def _gate_target(module, target):
@@ -463,6 +487,7 @@ def _gate_target(module, target):
             id="engine_down", severity="critical", evidence=dict(error=error),
             advice="The gate could not sample this server: %s" % error)], samples=[],
             engines={}, pending=[], window_seconds=0.0, extended_seconds=0.0,
+            latency=window([]),
             msg="vLLM at %s could not be sampled: %s" % (url, error))
     out.update(name=target["name"], host=target.get("host"), url=url,
                seconds=round(time.monotonic() - started, 2),

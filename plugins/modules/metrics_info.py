@@ -20,6 +20,9 @@ description:
     the reason; see there for the rules.
   - There is no C(num_gpu_blocks_used) metric in any vLLM version;
     RV(metrics.used_blocks_estimate) is derived from usage and the block pool size.
+  - RV(metrics.latency) has time-to-first-token, inter-token, queue and end-to-end latency
+    quantiles from vLLM's histograms. One reading can only give them since the server started;
+    M(kvfleet.vllm.cache_gate) and the monitor give them over their window.
 author:
   - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
@@ -181,6 +184,74 @@ metrics:
     models:
       description: The same fields per C(model_name).
       type: dict
+    latency:
+      version_added: 0.3.0
+      description:
+        - Latency quantiles (p50, p90, p99, in seconds) computed from vLLM's histograms
+          (cumulative C(_bucket) series), since the server started (RV(metrics.latency.basis)).
+        - C(ttft) time to first token (C(vllm:time_to_first_token_seconds)); C(itl) inter-token
+          latency (C(vllm:inter_token_latency_seconds), before that
+          C(vllm:time_per_output_token_seconds)); C(queue) time waiting before the first
+          schedule (C(vllm:request_queue_time_seconds)); C(e2e) end-to-end request latency
+          (C(vllm:e2e_request_latency_seconds)).
+        - "The quantile is Prometheus' C(histogram_quantile): linear within the bucket that holds
+          the rank; a rank in the C(+Inf) bucket gives the upper bound of the highest finite
+          bucket (so p99 says at least that much, not how much more)."
+        - A quantile is null, with C(reason), when the histogram is absent, nothing was
+          observed, or its buckets cannot be true (NaN or negative counts, no C(+Inf) bucket,
+          cumulative counts that fall as C(le) grows, two buckets with one C(le)). Such buckets
+          do not make the reading invalid (RV(metrics.invalid) is about the KV cache and
+          scheduler fields).
+      type: dict
+      contains:
+        basis:
+          description: C(since_start) here (one reading); C(window) in the gate and the monitor,
+            from the difference of the bucket counts between a window's first and last sample.
+          type: str
+          sample: since_start
+        seconds:
+          description: The window's length; null for C(since_start).
+          type: float
+        ttft:
+          description: Time to first token. Each of C(ttft), C(itl), C(queue) and C(e2e) has
+            these keys.
+          type: dict
+          contains:
+            p50:
+              description: Median, in seconds; null with C(reason).
+              type: float
+              sample: 0.0079
+            p90:
+              description: 90th percentile, in seconds; null with C(reason).
+              type: float
+              sample: 0.0163
+            p99:
+              description: 99th percentile, in seconds; null with C(reason).
+              type: float
+              sample: 0.0196
+            count:
+              description: Observations the quantiles are computed from (requests; tokens for
+                C(itl)); 0 when nothing was observed, null when the buckets were unusable.
+              type: int
+              sample: 11
+            reason:
+              description: Why the quantiles are null; null when they are given.
+              type: str
+              sample: nothing observed since the server started (no first token)
+        itl:
+          description: Inter-token latency, with the keys of C(ttft).
+          type: dict
+        queue:
+          description: Queue time, with the keys of C(ttft).
+          type: dict
+        e2e:
+          description: End-to-end request latency, with the keys of C(ttft).
+          type: dict
+        engines:
+          description: With several engines (data-parallel ranks) only, the same four entries
+            per engine, keyed by the C(engine) label; the top-level entries add the engines'
+            buckets up.
+          type: dict
     url:
       description: The server's base URL, without C(user:password@).
       type: str
@@ -193,6 +264,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import latency
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import ProbeError, snapshot
 
 
@@ -203,6 +275,8 @@ def main():
         view = snapshot(make_fetcher(module), shown_url(module))
     except ProbeError as exc:
         module.fail_json(msg=str(exc), url=shown_url(module))
+    # one reading: quantiles since start; the raw bucket counts are for windows, not for users
+    view["latency"] = latency(view.pop("histograms"))
     module.exit_json(changed=False, metrics=view)
 
 

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-SHIPPED = ("_prom.py", "_vllm_metrics.py", "_probe.py", "_diagnosis.py", "_trends.py", "_textfile.py")
+SHIPPED = ("_prom.py", "_vllm_metrics.py", "_latency.py", "_probe.py", "_diagnosis.py", "_trends.py", "_textfile.py")
 
 
 def install(tmp_path):

@@ -4,9 +4,9 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """kvfleet-vllm: the collection's probe and diagnosis, as a command on managed hosts.
 
-The roles ship this file with the collection's own module_utils (_prom, _vllm_metrics, _probe,
-_diagnosis) next to it, so systemd units (restart guard, monitor, health wait) use the same parser
-and rules as the modules. Standard library only.
+The roles ship this file with the collection's own module_utils (_prom, _vllm_metrics, _latency,
+_probe, _diagnosis, _trends, _textfile) next to it, so systemd units (restart guard, monitor,
+health wait) use the same parser and rules as the modules. Standard library only.
 
   kvfleet-vllm wait-healthy --unit vllm-main.service --url http://127.0.0.1:8000 [--timeout 900]
   kvfleet-vllm gate --url URL [--samples 3] [--interval 2] [--max-num-seqs N]   (JSON on stdout)
@@ -38,6 +38,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "li
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
     add_rates, diagnose, since_last_down)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (  # noqa: E402
+    window as latency_window)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # noqa: E402
     LIMITS, MAX_BODY_BYTES, DeadlineExceeded, FetchError, Response, check_encoding, check_range,
     check_url, check_window, read_body, redact_url, redirect_refused, sample as probe_sample,
@@ -280,6 +282,9 @@ def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, time
 
     snaps, result, extended = sample_until_decided(
         make_fetcher(url, timeout, api_key, tls=tls), url, samples, interval, judge)
+    result["latency"] = latency_window(snaps)
+    for snap in snaps:
+        snap.pop("histograms", None)  # as cache_gate: the quantiles, not the raw counts
     result["samples"] = snaps
     result["extended_seconds"] = extended
     return result
@@ -616,6 +621,9 @@ def _sample_one(cfg, inst, history, window):
     # keeps only the current process's samples for the metric rules)
     diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"), limits=inst.get("limits"),
                          unit_points=past[-(window - 1):] + [now])
+    # quantiles over the same window as the diagnosis, from the histograms' bucket counts that
+    # each history line keeps (a restart inside it gives None with the reason)
+    now["latency"] = latency_window(recent)
     found_trends, sustained = history_findings(cfg, past, now, diagnosis)
     line = dict(now, instance=inst["name"], verdict=diagnosis["verdict"],
                 state=diagnosis["state"], cause_ids=[c["id"] for c in diagnosis["causes"]],

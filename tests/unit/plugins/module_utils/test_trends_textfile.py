@@ -65,3 +65,26 @@ def test_textfile_parses_back_and_omits_unexposed_values():
     # a rate vLLM did not give, and every value of the dead instance, are absent, not 0
     assert not [k for k in ours if k[0] == "kvfleet_vllm_generation_tokens_rate"]
     assert not [k for k in ours if k[0] == "kvfleet_vllm_requests_running" and k[1] == (("instance", "b"),)]
+
+
+def test_textfile_latency_gauges_only_for_finite_quantiles():
+    lat = {"basis": "window", "seconds": 60.0,
+           "ttft": {"p50": 0.007917, "p90": 0.016333, "p99": 0.019633, "count": 11, "reason": None},
+           "itl": {"p50": None, "p90": None, "p99": None, "count": 0,
+                   "reason": "nothing observed in the window (no token generated)"},
+           # not from _latency, but a textfile must never carry them
+           "queue": {"p50": float("nan"), "p90": float("inf"), "p99": True},
+           "e2e": None}
+    results = [{"instance": "a", "snapshot": {"healthy": True, "latency": lat}, "time": 1.0,
+                "sustained": [], "diagnosis": {"verdict": "healthy", "causes": []}, "trends": {}},
+               {"instance": "b", "snapshot": None, "time": 1.0, "sustained": [],
+                "diagnosis": {"verdict": "unhealthy", "causes": [{"id": "engine_down"}]}, "trends": {}}]
+    text = render(results)
+    found = dict((tuple(sorted(s.labels.items())), s.value) for s in parse(text)[0]
+                 if s.name == "kvfleet_vllm_latency_seconds")
+    assert found == {
+        (("instance", "a"), ("metric", "ttft"), ("quantile", "0.5")): 0.007917,
+        (("instance", "a"), ("metric", "ttft"), ("quantile", "0.9")): 0.016333,
+        (("instance", "a"), ("metric", "ttft"), ("quantile", "0.99")): 0.019633}
+    assert "# TYPE kvfleet_vllm_latency_seconds gauge" in text
+    list(prometheus_parser.text_string_to_metric_families(text))

@@ -25,6 +25,25 @@ def test_real_capped_sequence_is_concurrency_cap(run_module):
     assert "engines" not in result["samples"][0]
 
 
+def test_latency_over_the_window_of_a_real_busy_sequence(run_module):
+    # busy-0 .. busy-2: the TTFT window computed by hand in test_latency.py
+    server = FakeServer(routes(sequence("busy")))
+    failed, result = run_module(cache_gate, {"url": URL, "interval": 0}, server)
+    assert not failed
+    lat = result["latency"]
+    assert lat["basis"] == "window" and lat["seconds"] >= 0
+    assert (lat["ttft"]["p50"], lat["ttft"]["p90"], lat["ttft"]["p99"]) == (0.007917, 0.016333, 0.019633)
+    assert (lat["e2e"]["p50"], lat["e2e"]["count"]) == (1.25, 10)
+    assert not [s for s in result["samples"] if "histograms" in s]
+
+
+def test_latency_of_an_unreadable_server_says_why(run_module):
+    failed, result = run_module(cache_gate, {"url": URL, "interval": 0, "samples": 2},
+                                FakeServer({"/metrics": REFUSED}))
+    assert failed and result["latency"]["ttft"]["p50"] is None
+    assert result["latency"]["ttft"]["reason"] == "no readable sample"
+
+
 def test_fail_on_degraded_fails_with_causes_in_msg(run_module):
     server = FakeServer(routes(sequence("cap2")))
     failed, result = run_module(cache_gate, {"url": URL, "interval": 0, "fail_on": ["degraded"]},

@@ -57,3 +57,29 @@ def test_bad_url_fails_before_any_request(run_module):
     server = FakeServer({})
     failed, result = run_module(metrics_info, {"url": "127.0.0.1:8000"}, server)
     assert failed and "url must start with http://" in result["msg"] and server.calls == []
+
+
+def test_latency_since_start_from_a_real_capture(run_module):
+    # busy-2 TTFT: 15 first tokens since start; by hand in test_latency.py
+    server = FakeServer(routes(capture_path("vllm-0.32.0-cpu-busy-2.txt")))
+    failed, result = run_module(metrics_info, {"url": URL}, server)
+    assert not failed
+    lat = result["metrics"]["latency"]
+    assert (lat["basis"], lat["seconds"]) == ("since_start", None)
+    ttft = lat["ttft"]
+    assert (ttft["p50"], ttft["p90"], ttft["p99"], ttft["count"]) == (0.008214, 0.01875, 0.037, 15)
+    assert sorted(k for k in lat if k not in ("basis", "seconds")) == ["e2e", "itl", "queue", "ttft"]
+    assert "engines" not in lat
+    assert "histograms" not in result["metrics"]  # the raw counts are for windows only
+
+
+def test_latency_per_engine_and_none_with_reason(run_module):
+    server = FakeServer(routes(capture_path("vllm-0.32.0-cpu-dp2-one-overloaded-0.txt")))
+    failed, result = run_module(metrics_info, {"url": URL}, server)
+    assert not failed
+    lat = result["metrics"]["latency"]
+    assert sorted(lat["engines"]) == ["0", "1"]
+    # the second engine had no request yet: no quantile, a reason, a count of 0
+    idle = lat["engines"]["1"]["ttft"]
+    assert (idle["p50"], idle["count"]) == (None, 0) and "nothing observed" in idle["reason"]
+    assert lat["ttft"]["count"] == lat["engines"]["0"]["ttft"]["count"] > 0
