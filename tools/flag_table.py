@@ -258,6 +258,10 @@ class World:
                                 values.extend(hint[1])
                 return {("literal", tuple(values))}
             if base in _SEQUENCES:
+                # list[Literal[...]]: get_kwargs makes the elements' choices (collection_to_kwargs)
+                elem = _literal(self.hints(items[0], depth + 1)) if items else None
+                if elem is not None and _SEQUENCES[base] != "dict":
+                    return {_SEQUENCES[base], ("seq_literal", tuple(elem))}
                 return {_SEQUENCES[base]}
             return {("other", base)}
         name = _name_of(node)
@@ -316,6 +320,8 @@ class Era:
                 return dict(takes_value=False, negatable=True)
             return dict(takes_value=True)
         choices = _literal(hints)
+        if choices is None:
+            choices = next((list(h[1]) for h in hints if isinstance(h, tuple) and h[0] == "seq_literal"), None)
         if choices is not None:
             if self.literal_with_str_metavar and "str" in hints:
                 return dict(takes_value=True)
@@ -346,11 +352,14 @@ class Extractor:
                       if n.endswith(".py") and (n == "vllm/config.py" or n.startswith("vllm/config/")))
 
     def _imported_entrypoint_modules(self, path):
+        return self._imported_modules(path, "vllm.entrypoints")
+
+    def _imported_modules(self, path, prefix="vllm."):
         tree = self.src.tree(path)
         out = []
         for node in ast.walk(tree) if tree else ():
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
-                    and node.module.startswith("vllm.entrypoints"):
+                    and node.module.startswith(prefix):
                 mod = self.src.module_path(node.module)
                 if mod and mod not in out and mod != path:
                     out.append(mod)
@@ -363,10 +372,19 @@ class Extractor:
             for mod in self._imported_entrypoint_modules(self.parser_module):
                 if "add_argument" in self._text(mod) or "@config" in self._text(mod):
                     modules.append(mod)
-        for path in self._config_modules() + modules:
+        primary = self._config_modules() + modules
+        for path in primary:
             tree = self.src.tree(path)
             if tree is not None:
                 self.world.add_module(tree)
+        # type aliases imported from elsewhere (e.g. ChatTemplateContentFormatOption); the
+        # modules above win on a name clash
+        for path in primary:
+            for mod in self._imported_modules(path):
+                if mod not in primary:
+                    tree = self.src.tree(mod)
+                    if tree is not None:
+                        self.world.add_module(tree)
         self.invoked = self._invoked_classes()
         for path in modules:
             tree = self.src.tree(path)
@@ -414,6 +432,10 @@ class Extractor:
                     arg = _name_of(call.args[0])
                     classes = self._subclasses_invoked(klass) if arg == "cls" and klass else [arg]
                     env[child.targets[0].id] = classes
+            if isinstance(child, ast.Assign) and len(child.targets) == 1 \
+                    and isinstance(child.targets[0], ast.Name) and self._kwargs_source(child.value, env):
+                # y = x_kwargs["field"]; add_argument("--f", **y) (0.32 kernel flags)
+                env["__field__" + child.targets[0].id] = self._kwargs_source(child.value, env)
             if isinstance(child, ast.For) and isinstance(child.iter, ast.Call) \
                     and isinstance(child.iter.func, ast.Attribute) and child.iter.func.attr == "items" \
                     and isinstance(child.iter.func.value, ast.Name) \
@@ -423,16 +445,54 @@ class Extractor:
                 loop_env["__loop__"] = (key, env[child.iter.func.value.id])
                 self._walk(child, path, klass, loop_env)
                 continue
+            self._choice_edit(child, env)
             if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) \
                     and child.func.attr == "add_argument":
                 self._add_argument(child, path, env)
             self._walk(child, path, klass, env)
 
+    def _choice_edit(self, node, env):
+        """`x_kwargs["field"]["choices"].remove(V)` / `... = [...]` before add_argument
+        (0.32 arg_utils.py drops "passthrough" from --all2all-backend this way)."""
+        def target(sub):
+            if isinstance(sub, ast.Subscript) and isinstance(sub.slice, ast.Constant) \
+                    and sub.slice.value == "choices" and isinstance(sub.value, ast.Subscript) \
+                    and isinstance(sub.value.value, ast.Name) and sub.value.value.id in env \
+                    and isinstance(sub.value.slice, ast.Constant):
+                return (sub.value.value.id, sub.value.slice.value)
+            return None
+        edits = env.setdefault("__edits__", {})
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "remove" \
+                and node.value.args:
+            key = target(node.value.func.value)
+            arg = node.value.args[0]
+            if isinstance(arg, ast.Name) and isinstance(self.world.aliases.get(arg.id), ast.Constant):
+                arg = self.world.aliases[arg.id]
+            if key and isinstance(arg, ast.Constant):
+                edits.setdefault(key, []).append(("remove", arg.value))
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            key = target(node.targets[0])
+            if key:
+                edits.setdefault(key, []).append(("set", self._choices(node.value)))
+
+    def _apply_edits(self, var, field, info, env):
+        for kind, value in env.get("__edits__", {}).get((var, field), []):
+            if kind == "set":
+                if value is None:
+                    info.pop("choices", None)
+                else:
+                    info["choices"] = list(value)
+            elif info.get("choices") and value in info["choices"]:
+                info["choices"] = [c for c in info["choices"] if c != value]
+
     def _kwargs_source(self, node, env):
         """`**x_kwargs["field"]` -> [(class, field)]"""
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) \
                 and node.value.id in env and isinstance(node.slice, ast.Constant):
-            return [(cls, node.slice.value) for cls in env[node.value.id]]
+            return [(cls, node.slice.value, node.value.id) for cls in env[node.value.id]]
+        if isinstance(node, ast.Name) and "__field__" + node.id in env:
+            return env["__field__" + node.id]
         if isinstance(node, ast.Dict):
             out = []
             for key, value in zip(node.keys, node.values):
@@ -442,6 +502,9 @@ class Extractor:
         return []
 
     def _choices(self, node):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            # ["auto", "cpu"] + [platform device]: the literal part (0.32 --mm-processor-device)
+            return self._choices(node.left)
         values = _const_values(node)
         if values is not None:
             return values
@@ -484,11 +547,12 @@ class Extractor:
                 explicit["choices"] = self._choices(kw.value)
             elif kw.arg == "nargs" and isinstance(kw.value, ast.Constant):
                 explicit["nargs"] = kw.value.value
-        for cls, field in sources:
+        for cls, field, var in sources:
             kwargs = self._field(cls, field)
             if kwargs is not None:
                 info.update(kwargs)
                 info["field"] = "%s.%s" % (cls, field)
+                self._apply_edits(var, field, info, env)
         action = explicit.get("action")
         if action == "BooleanOptionalAction":
             info.update(takes_value=False, negatable=True)
