@@ -69,10 +69,11 @@ import zipfile
 
 # Last patch of every minor release 0.8-0.33, plus the patch releases where a row of the table
 # changes mid-minor or at a minor's first release (since/until values in _vllm_flags.py:
-# 0.8.5 BooleanOptionalAction for chunked prefill, 0.10.1 --enable-log-requests, 0.10.2
-# --kv-cache-memory-bytes; x.0 of 0.10, 0.11, 0.17, 0.18, 0.27 where rows end).
+# 0.8.1-0.8.4 --data-parallel-size, 0.8.5 BooleanOptionalAction for chunked prefill, 0.10.1
+# --enable-log-requests, 0.10.2 --kv-cache-memory-bytes, 0.11.1 block sizes; x.0 of 0.10,
+# 0.11, 0.17, 0.18, 0.27 where rows end).
 RELEASES = (
-    "0.8.0", "0.8.4", "0.8.5", "0.8.5.post1", "0.9.2", "0.10.0", "0.10.1", "0.10.1.1",
+    "0.8.0", "0.8.1", "0.8.2", "0.8.3", "0.8.4", "0.8.5", "0.8.5.post1", "0.9.2", "0.10.0", "0.10.1", "0.10.1.1",
     "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0", "0.14.1", "0.15.1", "0.16.0",
     "0.17.0", "0.17.1", "0.18.0", "0.18.1", "0.19.1", "0.20.2", "0.21.0", "0.22.1", "0.23.0",
     "0.24.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0",
@@ -445,6 +446,19 @@ class Extractor:
                 loop_env["__loop__"] = (key, env[child.iter.func.value.id])
                 self._walk(child, path, klass, loop_env)
                 continue
+            if isinstance(child, ast.For) and isinstance(child.iter, (ast.List, ast.Tuple)):
+                # for arg, type in [("--guided-decoding-backend", str), ...] (0.11 arg_utils.py)
+                var = child.target.elts[0] if isinstance(child.target, ast.Tuple) else child.target
+                values = []
+                for elt in child.iter.elts:
+                    first = elt.elts[0] if isinstance(elt, ast.Tuple) and elt.elts else elt
+                    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                        values.append(first.value)
+                if isinstance(var, ast.Name) and values:
+                    loop_env = dict(env)
+                    loop_env["__name__" + var.id] = values
+                    self._walk(child, path, klass, loop_env)
+                    continue
             self._choice_edit(child, env)
             if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) \
                     and child.func.attr == "add_argument":
@@ -529,6 +543,8 @@ class Extractor:
                 names.append(arg.value)
             elif isinstance(arg, ast.JoinedStr) and "__loop__" in env:
                 names.append(("loop", arg))
+            elif isinstance(arg, ast.Name) and "__name__" + arg.id in env:
+                names.extend(env["__name__" + arg.id])
             elif isinstance(arg, ast.Starred):
                 # BaseFrontendArgs: *value.pop("flags", []) -- extra short aliases only
                 continue
@@ -621,11 +637,17 @@ class Extractor:
                     attrs = sorted({n.attr for n in ast.walk(stmt.test) if isinstance(n, ast.Attribute)
                                     and isinstance(n.value, ast.Name) and n.value.id == "self"})
                     calls = [n for n in ast.walk(stmt.test) if isinstance(n, ast.Call)]
+                    # `a > 1 and b != "ray"`: a second option decides too
+                    joint = isinstance(stmt.test, ast.BoolOp) and isinstance(stmt.test.op, ast.And) \
+                        and len(attrs) > 1
+                    direct = any(isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)
+                                 and _name_of(n.value.func) == "_raise_or_fallback" for n in stmt.body)
                     out.append(dict(
                         flags=["--" + a.replace("_", "-") for a in attrs],
                         test=ast.unparse(stmt.test),
-                        # a value test only (no platform call): any non-default value falls back
-                        unconditional=not calls,
+                        # one option's value alone decides (no platform call in the test, no further
+                        # `if` around the fallback, no `and` with a second option): it leaves V1
+                        unconditional=not calls and direct and not joint,
                         line=stmt.lineno))
         return out
 
@@ -671,6 +693,10 @@ def extract(wheel):
                         enable_disable=ext.era.enable_disable),
         flag_count=len(flags),
         v0_triggers=ext.v0_triggers(),
+        # a V0 engine to fall back to: 0.11.0 still runs the oracle, but its
+        # vllm/engine/llm_engine.py only aliases the V1 engine
+        v0_engine=b"class LLMEngine" in src.zip.read("vllm/engine/llm_engine.py")
+        if "vllm/engine/llm_engine.py" in src.names else False,
         unresolved_add_argument=ext.unresolved,
         unparsable=src.unparsable,
     ), flags
@@ -728,6 +754,28 @@ def compare(flags, manifest_path):
                                 % (name, flags[name].get("takes_value"), real[name].get("takes_value")))
     return dict(version=manifest.get("vllm_version"), real=len(real), extracted=len(flags),
                 missing=missing, extra=extra, differences=choice_diffs)
+
+
+def dump(data):
+    """JSON with one line per flag entry and per trigger: small, and diffs read per flag."""
+    def one(value):
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    releases = []
+    for rel in data["releases"]:
+        fields = []
+        for key in sorted(rel):
+            if key == "flags":
+                body = ",\n".join("   %s:%s" % (json.dumps(k), one(v)) for k, v in sorted(rel[key].items()))
+                fields.append('  "flags":{\n%s}' % body)
+            elif key == "v0_triggers":
+                body = ",\n".join("   " + one(t) for t in rel[key])
+                fields.append('  "v0_triggers":[%s]' % ("\n" + body if body else ""))
+            else:
+                fields.append("  %s:%s" % (json.dumps(key), one(rel[key])))
+        releases.append(" {\n" + ",\n".join(fields) + "}")
+    head = ",\n".join(" %s:%s" % (json.dumps(k), one(v)) for k, v in sorted(data.items())
+                      if k != "releases")
+    return "{\n" + head + ',\n "releases":[\n' + ",\n".join(releases) + "]}\n"
 
 
 def _ver_key(version):
@@ -843,8 +891,7 @@ def main(argv=None):
                 json.dump(everything, handle, indent=1, sort_keys=True, default=str)
         if args.out:
             with open(args.out, "w", encoding="utf-8") as handle:
-                json.dump(data, handle, indent=1, sort_keys=True)
-                handle.write("\n")
+                handle.write(dump(data))
             log("%s: %d releases, %d missing, %.0f s" % (args.out, len(data["releases"]),
                                                         len(data["missing"]), data["seconds"]))
     if args.markdown:
