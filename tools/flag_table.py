@@ -782,6 +782,23 @@ def _ver_key(version):
     return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.]|post", version) if p)
 
 
+def _spans(have, releases):
+    """['0.8.0', '0.8.1', '0.9.2'] of all releases -> '0.8.0-0.9.2' style runs."""
+    if not have:
+        return "none"
+    if have == releases:
+        return "all (%s-%s)" % (releases[0], releases[-1])
+    spans, start, prev = [], None, None
+    for version in releases + [None]:
+        if version in have:
+            start = start or version
+            prev = version
+        elif start:
+            spans.append(start if start == prev else "%s-%s" % (start, prev))
+            start = None
+    return ", ".join(spans)
+
+
 def markdown(data):
     """The flag table of docs/vllm-versions.md: per flag, the releases that accept it."""
     releases = [r["version"] for r in data["releases"]]
@@ -790,22 +807,6 @@ def markdown(data):
     names = sorted({n for r in data["releases"] for n in r["flags"]})
     for name in names:
         have = [r["version"] for r in data["releases"] if r["flags"].get(name, {}).get("present")]
-        if not have:
-            spans = "none"
-        elif have == releases:
-            spans = "all (%s-%s)" % (releases[0], releases[-1])
-        else:
-            spans, start, prev = [], None, None
-            for version in releases:
-                if version in have:
-                    start = start or version
-                    prev = version
-                elif start:
-                    spans.append(start if start == prev else "%s-%s" % (start, prev))
-                    start = None
-            if start:
-                spans.append(start if start == prev else "%s-%s" % (start, prev))
-            spans = ", ".join(spans)
         choices = ""
         for rel in reversed(data["releases"]):
             entry = rel["flags"].get(name, {})
@@ -815,19 +816,21 @@ def markdown(data):
                     choices = ", ".join(shown) if len(shown) <= 8 else "%s ... (%d)" % (
                         ", ".join(shown[:6]), len(shown))
                 break
-        lines.append("| `%s` | %s | %s |" % (name, spans, choices))
+        lines.append("| `%s` | %s | %s |" % (name, _spans(have, releases), choices))
     triggers = {}
     for rel in data["releases"]:
         for trig in rel["v0_triggers"]:
             for flag in trig["flags"]:
-                triggers.setdefault(flag, []).append(rel["version"])
+                kind = "value alone" if trig["unconditional"] else "with a platform or second-option condition"
+                triggers.setdefault((flag, kind), []).append(rel["version"])
     lines.append("")
-    lines.append("V0-fallback triggers (`EngineArgs._is_v1_supported_oracle`; releases read that have it):")
+    lines.append("Options `EngineArgs._is_v1_supported_oracle` tests (0.8.0-0.11.0; 0.11.0 has no V0 "
+                 "engine left, so there a trigger stops the server):")
     lines.append("")
-    lines.append("| field tested | releases |")
-    lines.append("|---|---|")
-    for flag in sorted(triggers):
-        lines.append("| `%s` | %s |" % (flag, ", ".join(triggers[flag])))
+    lines.append("| option | sends V1 to V0 | releases |")
+    lines.append("|---|---|---|")
+    for flag, kind in sorted(triggers):
+        lines.append("| `%s` | %s | %s |" % (flag, kind, _spans(triggers[(flag, kind)], releases)))
     return "\n".join(lines) + "\n"
 
 
