@@ -876,10 +876,9 @@ def main(argv=None):
                        sha256=sha256(wheel), **facts)
             rel["flags"] = record(flags, interest)
             data["releases"].append(rel)
-            log("  %s: %d flags, parser %s%s" % (os.path.basename(wheel), len(flags),
-                                                rel["parser_module"],
-                                                ", unresolved %s" % facts["unresolved_add_argument"]
-                                                if facts["unresolved_add_argument"] else ""))
+            unresolved = facts["unresolved_add_argument"]
+            log("  %s: %d flags, parser %s%s" % (os.path.basename(wheel), len(flags), rel["parser_module"],
+                                                 ", unresolved %s" % unresolved if unresolved else ""))
             if args.compare_manifest:
                 with open(args.compare_manifest, encoding="utf-8") as handle:
                     mver = json.load(handle).get("vllm_version")
@@ -895,8 +894,8 @@ def main(argv=None):
         if args.out:
             with open(args.out, "w", encoding="utf-8") as handle:
                 handle.write(dump(data))
-            log("%s: %d releases, %d missing, %.0f s" % (args.out, len(data["releases"]),
-                                                        len(data["missing"]), data["seconds"]))
+            log("%s: %d releases, %d missing, %.0f s"
+                % (args.out, len(data["releases"]), len(data["missing"]), data["seconds"]))
     if args.markdown:
         sys.stdout.write(markdown(data))
     return 1 if data.get("missing") else 0

@@ -39,7 +39,7 @@ SAMPLE = dict(model="m", served_model_name="s", host="h", port=8000, gpu_memory_
               data_parallel_size=1, dtype="half", kv_cache_dtype="auto", shutdown_timeout=5,
               disable_log_stats=True, trust_remote_code=True, seed=0, download_dir="d",
               tokenizer="t", chat_template="c", uvicorn_log_level="info")
-OPTION_ROWS = [(key, spec) for key, spec in OPTIONS]
+OPTION_ROWS = list(OPTIONS)
 
 
 def _flags(release):
