@@ -99,8 +99,8 @@ def _bool(value, _ver, _dev):
 
 
 # The parser's choices (vllm/engine/arg_utils.py, vllm/config*.py BlockSize): 0.8.0 lists
-# 8-128; 0.8.5-0.11.0 Literal[1 ... 128]; 0.11.2-0.17 add 256 (0.11.1 not checked); from 0.18
-# any positive integer
+# 8-128; 0.8.5-0.11.0 Literal[1 ... 128]; 0.11.1-0.17 add 256 (vllm/config/cache.py 0.11.1,
+# tools/flag_table.py); from 0.18 any positive integer
 # (SkipValidation[int], later Field(gt=0)) and the attention backend decides.
 _CUDA_BLOCKS_080 = (8, 16, 32, 64, 128)
 _CUDA_BLOCKS_011 = (1, 8, 16, 32, 64, 128)
@@ -112,10 +112,10 @@ def _block_size(value, version, device):
         return None, "must be a positive integer"
     if device == "cpu":
         # vllm/platforms/cpu.py 0.8.5-0.11.0: without intel_extension_for_pytorch only 16
-        # (0.11.1 not checked; 0.11.2 has no such rule)
-        if version < (0, 11, 2):
+        # (0.11.1's has no such rule, only a multiple-of-32 preference)
+        if version < (0, 11, 1):
             if value != 16:
-                return None, ("vLLM CPU before 0.11.2 accepts only 16 without "
+                return None, ("vLLM CPU before 0.11.1 accepts only 16 without "
                               "intel_extension_for_pytorch (vllm/platforms/cpu.py)")
             return str(value), None
         # the CPU attention backend's kernel sizes (vllm/v1/attention/backends/cpu_attn.py):
@@ -130,7 +130,7 @@ def _block_size(value, version, device):
         return str(value), None
     if version < (0, 8, 5):
         allowed = _CUDA_BLOCKS_080
-    elif version < (0, 11, 2):
+    elif version < (0, 11, 1):
         allowed = _CUDA_BLOCKS_011
     else:
         allowed = _CUDA_BLOCKS_012
@@ -139,10 +139,18 @@ def _block_size(value, version, device):
     return str(value), None
 
 
+# --data-parallel-size: first in 0.8.x (vllm/engine/arg_utils.py; tools/flag_table.py)
+DATA_PARALLEL_SINCE = (0, 8, 3)
+# kv_cache_dtype != "auto" leaves V1 in 0.8.0-0.8.1; 0.8.2 asks the platform first
+KV_DTYPE_V0_UNTIL = (0, 8, 2)
+
 # key -> flag, check, first version with it, first version without it, why it is absent.
 # Booleans render as the bare flag when true; `negative` is the flag rendered when false.
 # `v0_fallback`: on vLLM 0.8-0.10 any explicit value makes vLLM leave the V1 engine for V0
-# (EngineArgs._is_v1_supported_oracle; VLLM_USE_V1=1 makes it raise instead).
+# (EngineArgs._is_v1_supported_oracle; VLLM_USE_V1=1 makes it raise instead); a dict narrows
+# it: `since`/`until` (the versions where the value decides) and `unless` (values that stay
+# on V1). On 0.11.0, which still runs the oracle but has no V0 engine, such a flag stops the
+# server, so it is refused there like a flag the version lacks.
 # Rows checked against the vLLM sources, per release, unless said otherwise
 # (vllm/engine/arg_utils.py, vllm/config*.py; tools/flag_table.py extracts them).
 OPTIONS = (
@@ -182,11 +190,21 @@ OPTIONS = (
                                     negative_before=["--enable-chunked-prefill", "false"])),
     ("enforce_eager", dict(flag="--enforce-eager", check=_bool)),
     ("tensor_parallel_size", dict(flag="--tensor-parallel-size", check=_int(1))),
-    ("pipeline_parallel_size", dict(flag="--pipeline-parallel-size", check=_int(1))),
-    ("data_parallel_size", dict(flag="--data-parallel-size", check=_int(1))),
+    # 0.8.3-0.8.5.post1 _is_v1_supported_oracle: `pipeline_parallel_size > 1 and
+    # distributed_executor_backend != "ray"` -> V0 with the default backend (vllm/engine/arg_utils.py);
+    # 0.9 accepts the default and mp backends
+    ("pipeline_parallel_size", dict(flag="--pipeline-parallel-size", check=_int(1),
+                                    v0_fallback=dict(since=(0, 8, 3), until=(0, 9), unless=("1",)))),
+    # not in vllm/engine/arg_utils.py of 0.8.0-0.8.2, in 0.8.3 (DATA_PARALLEL_SINCE)
+    ("data_parallel_size", dict(flag="--data-parallel-size", check=_int(1), since=DATA_PARALLEL_SINCE,
+                                why="--data-parallel-size is not in vLLM before %s"
+                                    % ".".join(str(p) for p in DATA_PARALLEL_SINCE))),
     ("dtype", dict(flag="--dtype",
                    check=_choice("auto", "half", "float16", "bfloat16", "float", "float32"))),
-    ("kv_cache_dtype", dict(flag="--kv-cache-dtype", check=_string)),
+    # 0.8.0-0.8.1 _is_v1_supported_oracle: `self.kv_cache_dtype != "auto"` falls back to V0
+    # (vllm/engine/arg_utils.py); from 0.8.2 only where the platform lacks the dtype
+    ("kv_cache_dtype", dict(flag="--kv-cache-dtype", check=_string,
+                            v0_fallback=dict(until=KV_DTYPE_V0_UNTIL, unless=("auto",)))),
     ("shutdown_timeout", dict(flag="--shutdown-timeout", check=_int(0), since=(0, 18),
                               why="--shutdown-timeout exists from vLLM 0.18; older servers abort "
                                   "in-flight requests on SIGTERM")),
@@ -214,12 +232,14 @@ _SECRET_KEYS = ("api_key", "hf_token")
 # installed vLLM is at hand. `value`: the flag takes a value (dropped with it). Checked in the
 # vLLM sources (vllm/engine/arg_utils.py) of each release named.
 EXTRA_FLAGS = {
-    # multi-step scheduling (V0): in 0.10.0, not in 0.10.1
-    "--num-scheduler-steps": dict(value=True, until=(0, 10, 1)),
+    # multi-step scheduling (V0): in 0.10.0, not in 0.10.1; _is_v1_supported_oracle 0.8.0-0.10.0
+    # falls back to V0 for any value but the default (vllm/engine/arg_utils.py)
+    "--num-scheduler-steps": dict(value=True, until=(0, 10, 1), v0_fallback=True),
     # a no-op since the V2 block manager became the only one: in 0.9.x, not in 0.10.0
     "--use-v2-block-manager": dict(value=False, until=(0, 10)),
-    # deprecated in 0.10.1 for --enable-log-requests; in 0.16.0, not in 0.17.0
-    "--disable-log-requests": dict(value=False, until=(0, 17),
+    # deprecated in 0.10.1 for --enable-log-requests; in 0.16.0, not in 0.17.0; back in 0.33.0 as
+    # the inverse of --enable-log-requests (EnableDisableAction, vllm/utils/argparse_utils.py)
+    "--disable-log-requests": dict(value=False, until=(0, 17), again=(0, 33),
                                    why="requests are not logged by default; "
                                        "--enable-log-requests (0.10.1+) turns logging on"),
     "--enable-log-requests": dict(value=False, since=(0, 10, 1)),
@@ -234,13 +254,16 @@ EXTRA_FLAGS = {
     "--no-enable-chunked-prefill": dict(value=False, since=(0, 8, 5)),
 }
 for _key, _spec in OPTIONS:
-    if "since" in _spec or "until" in _spec:
-        _row = dict((k, v) for k, v in _spec.items() if k in ("since", "until", "why", "v0_fallback"))
+    if "since" in _spec or "until" in _spec or "v0_fallback" in _spec:
+        _row = dict((k, v) for k, v in _spec.items() if k in ("since", "until", "again", "why", "v0_fallback"))
         _row["value"] = _spec["check"] is not _bool
         EXTRA_FLAGS.setdefault(_spec["flag"], _row)
 # vLLM 0.8-0.10 run the V1 engine unless an option it lacks is given (then V0, or an error with
 # VLLM_USE_V1=1): EngineArgs._is_v1_supported_oracle in vllm/engine/arg_utils.py 0.8.0-0.10.2.
 _V0_FALLBACK = ((0, 8), (0, 11))
+# 0.11.0 still runs the oracle, but vllm/engine/llm_engine.py only aliases the V1 engine and
+# vllm/entrypoints/openai/api_server.py asserts VLLM_USE_V1 after it: a trigger stops the server
+_V0_GONE_ORACLE = ((0, 11), (0, 11, 1))
 
 _SECRET_FLAGS = ("--api-key", "--hf-token")
 
@@ -298,7 +321,22 @@ def _normalise(arg):
 
 
 def _in_range(spec, ver):
+    if "again" in spec and ver >= spec["again"]:
+        return True
     return not ("since" in spec and ver < spec["since"] or "until" in spec and ver >= spec["until"])
+
+
+def _v0_trigger(spec, ver, value):
+    """Whether `value` of this row makes the oracle of `ver` leave the V1 engine."""
+    rule = spec.get("v0_fallback")
+    if not rule:
+        return False
+    if isinstance(rule, dict):
+        if "since" in rule and ver < rule["since"] or "until" in rule and ver >= rule["until"]:
+            return False
+        if value is not None and str(value) in rule.get("unless", ()):
+            return False
+    return True
 
 
 def _table_reason(spec, version):
@@ -356,6 +394,11 @@ def render(config, version, device="cuda", var_prefix="", context="", manifest=N
     flags = _manifest_flags(manifest, ver, version, warnings)
     source = "the installed vLLM %s" % version if flags is not None else "vLLM %s" % version
     v0_window = _V0_FALLBACK[0] <= ver < _V0_FALLBACK[1]
+    v0_gone = _V0_GONE_ORACLE[0] <= ver < _V0_GONE_ORACLE[1]
+
+    def v0_gone_text(name):
+        return ("%s makes vLLM %s's engine check ask for the V0 engine, which it no longer has: "
+                "the server stops at start-up" % (name, version))
 
     def v0_hint(name):
         return ("%s makes vLLM %s fall back from the V1 engine to V0 (or fail with "
@@ -378,9 +421,6 @@ def render(config, version, device="cuda", var_prefix="", context="", manifest=N
         if problem:
             fail(key, "%r is not valid for vLLM %s on %s: %s" % (value, version, device, problem))
         label = "%s%s=%r" % (var_prefix, key, value)
-        if spec.get("v0_fallback") and v0_window and not allow_v0_engine:
-            warnings.append("%s%s left out: %s" % (label, where, v0_hint(spec["flag"])))
-            continue
         if rendered is False:
             words = []
             if spec.get("negative"):
@@ -406,6 +446,13 @@ def render(config, version, device="cuda", var_prefix="", context="", manifest=N
                     fail(key, "%r is not valid for vLLM %s: %s" % (value, version, choice))
         elif not _in_range(spec, ver):
             rejected(label, spec["why"])
+            continue
+        # after the presence checks: a flag the version lacks is reported as such
+        if v0_gone and _v0_trigger(spec, ver, rendered):
+            rejected(label, v0_gone_text(spec["flag"]))
+            continue
+        if v0_window and not allow_v0_engine and _v0_trigger(spec, ver, rendered):
+            warnings.append("%s%s left out: %s" % (label, where, v0_hint(spec["flag"])))
             continue
         argv.extend(words)
         if key == "disable_log_stats" and value:
@@ -441,9 +488,6 @@ def render(config, version, device="cuda", var_prefix="", context="", manifest=N
             words.append(value)
             index += 1
         label = "%sextra_args %s" % (var_prefix, " ".join(words))
-        if table.get("v0_fallback") and v0_window and not allow_v0_engine:
-            warnings.append("%s%s left out: %s" % (label, where, v0_hint(name)))
-            continue
         if flags is not None:
             if entry is None:
                 rejected(label, "the flag manifest has no %s" % name)
@@ -454,6 +498,12 @@ def render(config, version, device="cuda", var_prefix="", context="", manifest=N
                      % (name, value, version, choice))
         elif table and not _in_range(table, ver):
             rejected(label, _table_reason(table, version))
+            continue
+        if v0_gone and _v0_trigger(table, ver, value):
+            rejected(label, v0_gone_text(name))
+            continue
+        if v0_window and not allow_v0_engine and _v0_trigger(table, ver, value):
+            warnings.append("%s%s left out: %s" % (label, where, v0_hint(name)))
             continue
         argv.extend(words)
     return argv, warnings
