@@ -38,7 +38,8 @@ SAMPLE = dict(model="m", served_model_name="s", host="h", port=8000, gpu_memory_
               enforce_eager=True, tensor_parallel_size=1, pipeline_parallel_size=1,
               data_parallel_size=1, dtype="half", kv_cache_dtype="auto", shutdown_timeout=5,
               disable_log_stats=True, trust_remote_code=True, seed=0, download_dir="d",
-              tokenizer="t", chat_template="c", uvicorn_log_level="info")
+              tokenizer="t", chat_template="c", uvicorn_log_level="info", ssl_keyfile="k",
+              ssl_certfile="c", ssl_ca_certs="ca", ssl_cert_reqs=2)
 OPTION_ROWS = list(OPTIONS)
 
 
