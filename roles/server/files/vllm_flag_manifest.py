@@ -89,15 +89,24 @@ def _type_name(action):
 
 
 def describe(parser):
-    """Every long option string -> what the parser says about it."""
+    """Every long option string the parser accepts -> what the parser says about it.
+
+    The option strings come from the parser's own lookup table, not each action's visible
+    list: vLLM 0.33 (vllm/utils/argparse_utils.py, _register_action) hides --no-enable-* from
+    help but still accepts them, and `false` for a prefix-caching option needs exactly those."""
+    strings = {}
+    for option, action in getattr(parser, "_option_string_actions", {}).items():
+        strings.setdefault(id(action), (action, set()))[1].add(option)
+    for action in parser._actions:  # a parser without the lookup table (never seen): visible ones
+        strings.setdefault(id(action), (action, set()))[1].update(action.option_strings)
     flags = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._HelpAction) or not action.option_strings:
+    for action, options in strings.values():
+        if isinstance(action, argparse._HelpAction) or not options:
             continue
         takes_value = action.nargs != 0
-        # BooleanOptionalAction registers --x and --no-x on one action
-        negatable = type(action).__name__ == "BooleanOptionalAction" or any(
-            s.startswith("--no-") for s in action.option_strings)
+        # BooleanOptionalAction registers --x and --no-x on one action (0.33: --disable-x too)
+        negatable = type(action).__name__ in ("BooleanOptionalAction", "EnableDisableAction") or any(
+            s.startswith("--no-") for s in options)
         choices = None
         if action.choices is not None:
             try:
@@ -115,7 +124,7 @@ def describe(parser):
         }
         # small enough to read back on every run: absent means null/false
         entry = dict((k, v) for k, v in entry.items() if v not in (None, False) or k == "takes_value")
-        for option in action.option_strings:
+        for option in options:
             if option.startswith("--"):
                 flags[option] = entry
     return flags
