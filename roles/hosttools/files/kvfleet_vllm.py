@@ -182,7 +182,7 @@ def stale(unit, files, now=None, now_mono=None):
     out = subprocess.run(["systemctl", "show", "-p", "ActiveState,MainPID,ExecMainStartTimestampMonotonic", unit],
                          capture_output=True, text=True, check=False).stdout
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    result = {"unit": unit, "stale": False, "why": None}
+    result = {"unit": unit, "stale": False, "why": None, "active": state.get("ActiveState") == "active"}
     try:
         started_mono = int(state.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
     except ValueError:

@@ -39,14 +39,16 @@ def test_files_older_than_the_process_are_not_stale(tmp_path, monkeypatch):
     fake_show(monkeypatch)
     files = [touch(tmp_path / "u", NOW - 1001), touch(tmp_path / "e", NOW - 2000)]
     assert prog.stale("vllm-a.service", files, NOW, NOW_MONO) == {
-        "unit": "vllm-a.service", "stale": False, "why": None}
+        "unit": "vllm-a.service", "stale": False, "why": None, "active": True}
 
 
 def test_a_unit_that_is_not_running_is_never_stale(tmp_path, monkeypatch):
     newer = [touch(tmp_path / "u", NOW)]
     for kwargs in ({"active": "inactive"}, {"active": "failed"}, {"pid": "0"}, {"started_mono": 0}):
         fake_show(monkeypatch, **kwargs)
-        assert not prog.stale("vllm-a.service", newer, NOW, NOW_MONO)["stale"], kwargs
+        out = prog.stale("vllm-a.service", newer, NOW, NOW_MONO)
+        assert not out["stale"], kwargs
+        assert out["active"] == (kwargs.get("active", "active") == "active"), kwargs
 
 
 def test_the_command_prints_json(tmp_path, monkeypatch, capsys):
