@@ -125,12 +125,13 @@ def test_the_unprivileged_monitor_reads_the_client_key_from_its_credentials(tmp_
     # on disk the probe's key is root-only; systemd's LoadCredential= copy is what the monitor reads
     creds = tmp_path / "creds"
     creds.mkdir()
-    for name in ("client.crt", "client.key"):
+    for name in ("ca.crt", "client.crt", "client.key"):
         (creds / name).write_bytes(open(ls.tls_file(name), "rb").read())
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
-    unreadable = dict(CA, client_cert="/nonexistent/client.crt", client_key="/nonexistent/client.key")
+    unreadable = {"ca_file": "/nonexistent/ca.crt", "client_cert": "/nonexistent/client.crt",
+                  "client_key": "/nonexistent/client.key"}
     with ls.LocalServer(ls.vllm(), tls="client") as srv:
         assert prog.take(srv.url, timeout=5, tls=unreadable)["healthy"]
         monkeypatch.delenv("CREDENTIALS_DIRECTORY")
         snap = prog.take(srv.url, timeout=5, tls=unreadable)
-    assert not snap["healthy"] and "No such file" in snap["error"]
+    assert not snap["healthy"] and "cannot read the CA file /nonexistent/ca.crt" in snap["error"]
