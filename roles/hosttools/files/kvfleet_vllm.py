@@ -63,31 +63,19 @@ def tls_context(tls=None):
     deployment record or the command line) as an SSL context: the certificate is always checked
     (against ca_file, else the system's trust store) and its name matched to the URL's host."""
     tls = tls if isinstance(tls, dict) else {}
-    ca_file = credential(tls.get("ca_file")) or None
+    ca_file = tls.get("ca_file") or None
     try:
         context = ssl.create_default_context(cafile=ca_file)
     except OSError as exc:  # ssl names no file: say which one
         raise OSError(exc.errno, "cannot read the CA file %s: %s" % (ca_file, exc.strerror or exc))
     if tls.get("client_cert"):
-        cert, key = credential(tls["client_cert"]), credential(tls.get("client_key")) or None
+        cert, key = tls["client_cert"], tls.get("client_key") or None
         try:
             context.load_cert_chain(cert, key)
         except OSError as exc:
             raise OSError(exc.errno, "cannot read the client certificate %s or its key %s: %s"
                           % (cert, key, exc.strerror or exc))
     return context
-
-
-def credential(path):
-    """A file the unprivileged monitor cannot reach (the probe's key is root only, the CA lies in
-    /etc/vllm, 0750 root:vllm) as it gets it: systemd's copy in $CREDENTIALS_DIRECTORY
-    (LoadCredential=, named by the file's name) when there is one."""
-    folder = os.environ.get("CREDENTIALS_DIRECTORY")
-    if path and folder:
-        copy = os.path.join(folder, os.path.basename(path))
-        if os.path.isfile(copy):
-            return copy
-    return path
 
 
 def http_request(url, timeout, headers=None, data=None, max_body_bytes=MAX_BODY_BYTES, context=None):

@@ -121,17 +121,10 @@ def test_the_monitor_round_reads_an_https_instance(tmp_path, monkeypatch):
     assert not by_name["b"]["healthy"] and "CERTIFICATE_VERIFY_FAILED" in by_name["b"]["error"]
 
 
-def test_the_unprivileged_monitor_reads_the_client_key_from_its_credentials(tmp_path, monkeypatch):
-    # on disk the probe's key is root-only; systemd's LoadCredential= copy is what the monitor reads
-    creds = tmp_path / "creds"
-    creds.mkdir()
-    for name in ("ca.crt", "client.crt", "client.key"):
-        (creds / name).write_bytes(open(ls.tls_file(name), "rb").read())
-    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
-    unreadable = {"ca_file": "/nonexistent/ca.crt", "client_cert": "/nonexistent/client.crt",
-                  "client_key": "/nonexistent/client.key"}
+def test_an_unreadable_ca_or_client_key_is_named():
     with ls.LocalServer(ls.vllm(), tls="client") as srv:
-        assert prog.take(srv.url, timeout=5, tls=unreadable)["healthy"]
-        monkeypatch.delenv("CREDENTIALS_DIRECTORY")
-        snap = prog.take(srv.url, timeout=5, tls=unreadable)
-    assert not snap["healthy"] and "cannot read the CA file /nonexistent/ca.crt" in snap["error"]
+        no_ca = prog.take(srv.url, timeout=5, tls={"ca_file": "/nonexistent/ca.crt"})
+        no_key = prog.take(srv.url, timeout=5, tls=dict(CA, client_cert=ls.tls_file("client.crt"),
+                                                        client_key="/nonexistent/probe.key"))
+    assert not no_ca["healthy"] and "cannot read the CA file /nonexistent/ca.crt" in no_ca["error"]
+    assert not no_key["healthy"] and "/nonexistent/probe.key" in no_key["error"]
