@@ -12,7 +12,8 @@ version_added: 0.2.0
 description:
   - One header line, one line per host (host, batch, version and config hash before and after,
     outcome, seconds, what failed) and a line of totals per outcome.
-  - Outcomes are C(upgraded), C(restarted) (same settings, but its process predated them), C(unchanged), C(checked) (a check-mode run), C(rolled back), C(rollback failed),
+  - Outcomes are C(upgraded), C(restarted) (same settings, but its process predated them),
+    C(unchanged), C(checked) (a check-mode run), C(rolled back), C(rollback failed),
     C(failed before change) (a drain hook failed), C(unhealthy) (a converged host, left alone,
     whose health read failed) and C(untouched) (a batch before the host's failed).
 options:

@@ -229,8 +229,8 @@ def wait_healthy(args):
     try:
         fetch = make_fetcher(args.url, args.probe_timeout, tls=cli_tls(args))
     except OSError as exc:  # an unreadable CA or client certificate: named, no traceback
-        print("%s: cannot probe %s: %s" % (args.unit, redact_url(args.url),
-                                          scrub("%s: %s" % (type(exc).__name__, exc))), file=sys.stderr)
+        why = scrub("%s: %s" % (type(exc).__name__, exc))
+        print("%s: cannot probe %s: %s" % (args.unit, redact_url(args.url), why), file=sys.stderr)
         return 1
     while True:
         state = unit_state(args.unit)

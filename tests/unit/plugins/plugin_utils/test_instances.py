@@ -229,8 +229,8 @@ def test_bad_tls_settings_are_refused_naming_the_variable(tls, words):
 
 
 def test_tls_with_a_vllm_that_lacks_ssl_flags_is_refused_not_served_plain():
-    manifest = {"vllm_version": "0.32.0", "flags": {"--model": {}, "--port": {}, "--host": {},
-                                               "--max-num-seqs": {}, "--max-model-len": {}}}
+    flags = {"--model": {}, "--port": {}, "--host": {}, "--max-num-seqs": {}, "--max-model-len": {}}
+    manifest = {"vllm_version": "0.32.0", "flags": flags}
     with pytest.raises(InstanceError) as err:
         one(tls=TLS, flag_manifest=manifest)
     assert "plain HTTP" in str(err.value)
