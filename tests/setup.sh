@@ -21,6 +21,13 @@ if want tools; then
     "$KVFLEET_TOOLS/bin/ansible" --version >/dev/null
     echo "$h" > "$KVFLEET_TOOLS/.stamp"
   fi
+  # promtool checks and tests the generated Prometheus rules (tests/unit: a missing one fails them)
+  if ! command -v promtool >/dev/null && [ ! -x /usr/bin/promtool ]; then
+    log "promtool (Debian package prometheus)"
+    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  fi
   # ansible-test bootstraps pip with get-pip from the internet: seed its cache with an offline stand-in.
   for home in "$HOME" "${HOSTS_HOME:-}"; do
     [ -n "$home" ] || continue

@@ -18,7 +18,7 @@ it is decided.
 from __future__ import annotations
 
 __all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "MIN_RESTARTS", "VERDICTS", "add_rates",
-           "diagnose", "since_last_down", "unit_restarts"]
+           "cause_advice", "diagnose", "since_last_down", "unit_restarts"]
 
 CAUSE_IDS = ("engine_down", "probe_errors", "kv_cache_exhausted", "concurrency_cap",
              "active_seq_cap", "token_budget", "head_of_line_blocking", "admission_stall",
@@ -134,6 +134,11 @@ _ADVICE = {
         "them, so it cannot call this server healthy. Check what answers on this address (a proxy, "
         "another exporter, a patched vLLM) and compare with a plain vLLM of the same version."),
 }
+
+
+def cause_advice(cause_id):
+    """The advice every finding of this cause starts with (the Prometheus alerts carry it too)."""
+    return _ADVICE[cause_id]
 
 
 def _delta(first, last, field):
