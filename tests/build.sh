@@ -13,7 +13,7 @@ ansible-galaxy collection build --force --output-path "$work/dist" >/dev/null
 tarball=$(ls "$work"/dist/kvfleet-vllm-*.tar.gz)
 echo "built $(basename "$tarball") ($(du -k "$tarball" | cut -f1) KiB, $(tar -tzf "$tarball" | wc -l) entries)"
 tar -tzf "$tarball" > "$work/list"
-for unwanted in tests/ molecule/ benchmarks/ .ci/ .git/ collections/ .ansible-lint .whl .pytest_cache; do
+for unwanted in tests/ tools/ molecule/ benchmarks/ .ci/ .git/ collections/ .ansible-lint .whl .pytest_cache; do
   if grep -q "^$unwanted" "$work/list"; then echo "FAIL: $unwanted is in the tarball" >&2; exit 1; fi
 done
 for wanted in MANIFEST.json FILES.json README.md meta/runtime.yml meta/execution-environment.yml \
