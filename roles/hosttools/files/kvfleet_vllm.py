@@ -250,10 +250,17 @@ def wait_healthy(args):
         time.sleep(args.delay)
 
 
-def cli_tls(args):
-    """--ca-file, --client-cert, --client-key as tls_context's settings."""
-    return {"ca_file": getattr(args, "ca_file", None), "client_cert": getattr(args, "client_cert", None),
-            "client_key": getattr(args, "client_key", None)}
+# an https server's settings, as the record's `tls` entry and the --ca-file, --client-cert,
+# --client-key options name them
+TLS_KEYS = ("ca_file", "client_cert", "client_key")
+
+
+def cli_tls(source):
+    """tls_context's settings from the command line's options (a Namespace) or from a record's
+    `tls` entry (a dict; anything else in a hand-edited record counts as none)."""
+    if isinstance(source, argparse.Namespace):
+        return dict((k, getattr(source, k, None)) for k in TLS_KEYS)
+    return dict((k, source.get(k)) for k in TLS_KEYS) if isinstance(source, dict) else dict.fromkeys(TLS_KEYS)
 
 
 def take(url, api_key=None, timeout=10, tls=None):
@@ -437,11 +444,6 @@ def _wait_idle(inst, timeout):
         time.sleep(2)
 
 
-def _tls_args(tls):
-    tls = tls if isinstance(tls, dict) else {}
-    return dict((k, tls.get(k)) for k in ("ca_file", "client_cert", "client_key"))
-
-
 def restart_one(cfg, inst):
     """Restart one instance the drain-aware way. Returns 'skipped', 'restarted' or 'failed'."""
     unit = inst["unit"]
@@ -497,7 +499,7 @@ def restart_one(cfg, inst):
         log(ERR, "%s: systemctl restart failed: %s" % (unit, proc.stderr.strip()))
         return "failed"
     waiter = argparse.Namespace(unit=unit, url=inst["url"], timeout=cfg.get("health_timeout", 900),
-                                delay=2, probe_timeout=3, **_tls_args(inst.get("tls")))
+                                delay=2, probe_timeout=3, **cli_tls(inst.get("tls")))
     if wait_healthy(waiter) != 0:
         log(ERR, "%s: did not come back healthy after the restart; left out of the load "
             "balancer (post-restart commands not run)" % unit)
