@@ -14,13 +14,17 @@ t0=$(date +%s)
 # from grabbing the lock mid-test, empty machine-id (made at boot), and an old apt stamp so that
 # cache_valid_time does not skip the first update on an image without package lists.
 mmdebstrap --mode=root --variant=minbase \
-  --include=systemd,systemd-sysv,dbus,python3,python3-venv,python3-apt,python3-packaging,cron,sudo,iproute2,curl,ca-certificates,procps,libnuma1,libgomp1 \
+  --include=systemd,systemd-sysv,dbus,python3,python3-venv,python3-apt,python3-packaging,cron,sudo,iproute2,curl,ca-certificates,procps,libnuma1,libgomp1,openssh-server \
   --aptopt='Acquire::Retries "3"' \
   --customize-hook='mkdir -p "$1/usr/local/share/ca-certificates"' \
   --customize-hook='cp /usr/local/share/ca-certificates/*.crt "$1/usr/local/share/ca-certificates/" 2>/dev/null || true' `# none to copy is fine` \
   --customize-hook='chroot "$1" update-ca-certificates >/dev/null' \
   --customize-hook='chroot "$1" systemctl disable apt-daily.timer apt-daily-upgrade.timer' \
   --customize-hook='chroot "$1" systemctl mask getty@tty1.service' \
+  `# sshd is not a service here: Ansible reaches a host through 'podman exec -i HOST sshd -i'` \
+  `# (the scenarios' connection_options); the host keys are made once, in the image` \
+  --customize-hook='chroot "$1" systemctl disable ssh.service ssh.socket 2>/dev/null || true' \
+  --customize-hook='chroot "$1" ssh-keygen -A >/dev/null' \
   --customize-hook=': > "$1/etc/machine-id"' \
   --customize-hook='mkdir -p "$1/var/lib/apt/periodic" && touch -d @0 "$1/var/lib/apt/periodic/update-success-stamp"' \
   bookworm - "$mirror" \

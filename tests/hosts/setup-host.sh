@@ -5,6 +5,7 @@ set -euo pipefail
 . "$(dirname "$0")/env.sh"
 need=(podman runc conmon netavark aardvark-dns catatonit iptables uidmap slirp4netns
       fuse-overlayfs mmdebstrap ca-certificates prometheus   # prometheus: for promtool
+      openssh-client   # Ansible reaches the test hosts over SSH (tests/hosts/env.sh)
       chromium fonts-dejavu-core)   # headless browser: the fleet scenario renders the HTML report
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -35,4 +36,9 @@ driver = "overlay"
 runroot = "$HOSTS_STATE/run/storage"
 graphroot = "$HOSTS_STATE/storage"
 CONF
+# The key Ansible logs in to the test hosts with (Molecule mounts authorized_keys into them)
+mkdir -p "$HOSTS_STATE/ssh"
+[ -f "$HOSTS_STATE/ssh/id_ed25519" ] ||
+  ssh-keygen -q -t ed25519 -N '' -C kvfleet-test-hosts -f "$HOSTS_STATE/ssh/id_ed25519"
+install -m 0600 "$HOSTS_STATE/ssh/id_ed25519.pub" "$HOSTS_STATE/ssh/authorized_keys"
 echo "podman configured under $HOSTS_STATE"

@@ -44,7 +44,9 @@ def run_module(module, args, check=False, timed=False):
     return bool(result.get("failed")), result
 
 
-@pytest.fixture(scope="module")
+# One idle server for the whole session: every start costs ~25 s of the live stage, and no test
+# leaves it in another state (a warm-up completion ends; the cache is free again after it).
+@pytest.fixture(scope="session")
 def idle_server():
     with VllmServer(kv_bytes=8 * MIB, max_num_seqs=16) as srv:
         yield srv
