@@ -35,7 +35,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_metrics import 
 
 __all__ = ["BodyTooLarge", "DeadlineExceeded", "FetchError", "LIMITS", "MAX_BODY_BYTES",
            "MAX_WINDOW_SECONDS", "ProbeError", "Response", "check_encoding", "check_range",
-           "check_url", "check_window", "read_body", "redact_url", "redirect_refused", "sample",
+           "check_url", "check_window", "extension_delay", "read_body", "redact_url", "redirect_refused", "sample",
            "sample_until_decided", "sample_window", "scrub", "snapshot", "unreachable_snapshot",
            "with_deadline"]
 
@@ -310,14 +310,25 @@ def sample_until_decided(fetch, base_url, samples, interval, judge, sleep=time.s
     """
     snaps = sample_window(fetch, base_url, samples, interval, sleep, clock)
     result = judge(snaps)
-    step = max(float(interval), 1.0)
     begun = clock()
-    start = snaps[0].get("time", begun)
-    while result.get("pending"):
-        left = max(p.get("seconds_left") or 0.0 for p in result["pending"])
-        if clock() + step - start > MAX_WINDOW_SECONDS:
+    while True:
+        delay = extension_delay(result, snaps, interval, clock(), begun)
+        if delay is None:
             break
-        sleep(min(step, max(left, 0.0)) if left > 0 else step)
+        sleep(delay)
         snaps.append(sample(fetch, base_url, clock))
         result = judge(snaps)
     return snaps, result, round(clock() - begun, 2)
+
+
+def extension_delay(result, snaps, interval, now, begun):
+    """How long to wait before the next sample of a window being extended, or None when the
+    diagnosis is decided or one more sample would take the window past MAX_WINDOW_SECONDS
+    (measured from the first sample, or from `begun` when that has no time)."""
+    if not result.get("pending"):
+        return None
+    step = max(float(interval), 1.0)
+    if now + step - snaps[0].get("time", begun) > MAX_WINDOW_SECONDS:
+        return None
+    left = max(p.get("seconds_left") or 0.0 for p in result["pending"])
+    return min(step, max(left, 0.0)) if left > 0 else step

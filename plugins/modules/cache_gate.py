@@ -35,10 +35,11 @@ description:
   - A cause of severity C(critical) makes the verdict C(unhealthy); a C(warning) makes it
     C(degraded).
   - With O(targets) instead of O(url), one run samples many servers at once (at most
-    O(concurrency) at a time), each in its own window with its own per-request O(timeout), and
-    returns RV(results), one entry per target with the keys of a single-server run. A target
-    that cannot be read, or hangs, is that target's C(engine_down); it holds only its own
-    worker, never the others, and never fails the module by itself.
+    O(concurrency) requests at a time), each on its own cadence with its own per-request
+    O(timeout), all in about one window, and returns RV(results), one entry per target with the
+    keys of a single-server run. A target that cannot be read, or hangs, is that target's
+    C(engine_down); it holds one worker while its request lasts, never the others, and never
+    fails the module by itself.
 author:
   - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
@@ -101,9 +102,11 @@ options:
   concurrency:
     version_added: 0.3.0
     description:
-      - With O(targets), how many servers are sampled at the same time, 1 to 1024. Each holds a
-        thread and at most one connection; the module's wall time is about the number of targets
-        / O(concurrency) x one window, while sampling costs a few milliseconds of CPU per sample.
+      - With O(targets), how many servers are read at the same time, 1 to 1024. Each worker
+        holds a thread and at most one connection, and takes whichever target's sample is due
+        next; no worker waits out a target's O(interval). The module's wall time is about one
+        window plus the sampling work shared among the workers (a few milliseconds of CPU per
+        sample, or up to O(timeout) for a server that does not answer).
     type: int
     default: 32
   samples:
@@ -389,6 +392,7 @@ fleet:
            "concurrency": 2, "seconds": 4.1}
 """
 
+import heapq
 import threading
 import time
 
@@ -400,9 +404,10 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import window
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
-    check_range, check_window, redact_url, sample_until_decided, sample_window, scrub)
+    check_range, check_window, extension_delay, redact_url, sample, sample_until_decided,
+    sample_window, scrub)
 
-# targets sampled at once, at most (each holds a thread and, during a request, a socket)
+# requests in flight at once, at most (each worker holds a thread and, during a request, a socket)
 MAX_CONCURRENCY = 1024
 
 # thresholds -> (lowest, lowest allowed itself, highest, how the lower bound reads)
@@ -453,18 +458,12 @@ def _target_limits(params, target):
                 for name in LIMIT_NAMES)
 
 
-def _gate(module, fetch, url, limits):
-    """Sample one server and diagnose it: the result of a single-target run (without changed)."""
-    p = module.params
+def _judge(module, limits, snaps):
+    return diagnose(add_rates(snaps), thresholds=module.params["thresholds"], limits=limits)
 
-    def judge(snaps):
-        return diagnose(add_rates(snaps), thresholds=p["thresholds"], limits=limits)
 
-    if p["extend"]:
-        snaps, result, extended = sample_until_decided(fetch, url, p["samples"], p["interval"], judge)
-    else:
-        snaps = sample_window(fetch, url, p["samples"], p["interval"])
-        result, extended = judge(snaps), 0.0
+def _outcome(url, snaps, result, extended):
+    """What a single-server run returns (without changed), from its window and diagnosis."""
     latency = window(snaps)
     for snap in snaps:
         snap.pop("histograms", None)  # raw bucket counts: what latency was computed from
@@ -472,43 +471,101 @@ def _gate(module, fetch, url, limits):
                 latency=latency, **result)
 
 
-def _gate_target(module, target):
-    """One target of a fleet run. Whatever happens is this target's finding, never the module's:
-    an unreadable server is engine_down (as in _gate), anything else unexpected is reported
-    in this target's result."""
-    url = redact_url(target["url"])
-    started = time.monotonic()
-    try:
-        out = _gate(module, make_fetcher(module, target), url,
-                    _target_limits(module.params, target))
-    except Exception as exc:  # a bug must not cost the other targets their results
-        error = scrub("%s: %s" % (type(exc).__name__, exc))
-        out = dict(verdict="unhealthy", state=None, causes=[dict(
-            id="engine_down", severity="critical", evidence=dict(error=error),
-            advice="The gate could not sample this server: %s" % error)], samples=[],
-            engines={}, pending=[], window_seconds=0.0, extended_seconds=0.0,
-            latency=window([]),
-            msg="vLLM at %s could not be sampled: %s" % (url, error))
-    out.update(name=target["name"], host=target.get("host"), url=url,
-               seconds=round(time.monotonic() - started, 2),
-               in_fail_on=out["verdict"] in module.params["fail_on"])
-    return out
+def _gate(module, fetch, url, limits):
+    """Sample one server and diagnose it: the result of a single-target run (without changed)."""
+    p = module.params
+
+    def judge(snaps):
+        return _judge(module, limits, snaps)
+
+    if p["extend"]:
+        snaps, result, extended = sample_until_decided(fetch, url, p["samples"], p["interval"], judge)
+    else:
+        snaps = sample_window(fetch, url, p["samples"], p["interval"])
+        result, extended = judge(snaps), 0.0
+    return _outcome(url, snaps, result, extended)
+
+
+def _failed_target(url, exc):
+    """A bug must not cost the other targets their results: it is this target's finding."""
+    error = scrub("%s: %s" % (type(exc).__name__, exc))
+    return dict(verdict="unhealthy", state=None, causes=[dict(
+        id="engine_down", severity="critical", evidence=dict(error=error),
+        advice="The gate could not sample this server: %s" % error)], samples=[],
+        engines={}, pending=[], window_seconds=0.0, extended_seconds=0.0,
+        latency=window([]), msg="vLLM at %s could not be sampled: %s" % (url, error))
+
+
+class _Window(object):
+    """One target's window in a fleet run: the same cadence and extension as _gate, taken one
+    sample at a time so that a worker never holds a target while it waits for its next sample."""
+
+    def __init__(self, module, target):
+        self.module, self.target = module, target
+        self.url = redact_url(target["url"])
+        self.fetch = None
+        self.limits = _target_limits(module.params, target)
+        self.snaps, self.started, self.begun, self.result, self.out = [], None, None, None, None
+
+    def step(self):
+        """Take the next sample; returns when the next one is due (time.monotonic()), or None
+        once the target is decided (self.out holds its result)."""
+        p = self.module.params
+        try:
+            if self.started is None:
+                self.started = time.monotonic()
+                self.fetch = make_fetcher(self.module, self.target)
+            self.snaps.append(sample(self.fetch, self.url))
+            taken = len(self.snaps)
+            if taken < p["samples"]:
+                # as sample_window: each sample `interval` s after the previous one was due
+                return self.started + taken * p["interval"]
+            self.result = _judge(self.module, self.limits, self.snaps)
+            if p["extend"]:
+                if self.begun is None:
+                    self.begun = time.time()
+                delay = extension_delay(self.result, self.snaps, p["interval"], time.time(),
+                                        self.begun)
+                if delay is not None:
+                    return time.monotonic() + delay
+            extended = round(time.time() - self.begun, 2) if p["extend"] else 0.0
+            self.out = _outcome(self.url, self.snaps, self.result, extended)
+        except Exception as exc:  # anything unexpected is this target's finding
+            self.out = _failed_target(self.url, exc)
+        self.out.update(name=self.target["name"], host=self.target.get("host"), url=self.url,
+                        seconds=round(time.monotonic() - self.started, 2),
+                        in_fail_on=self.out["verdict"] in p["fail_on"])
+        return None
 
 
 def _gate_fleet(module):
-    """Every target at once, at most `concurrency` at a time, each in its own window."""
-    targets = module.params["targets"]
-    results = [None] * len(targets)
-    queue = list(range(len(targets)))
-    lock = threading.Lock()
+    """Every target in one window: at most `concurrency` requests at a time, each target on its
+    own cadence. Workers take whichever sample is due next; none waits on a target's interval,
+    so the run lasts about one window plus the sampling work shared among the workers."""
+    targets = [_Window(module, t) for t in module.params["targets"]]
+    due = [(0.0, i) for i in range(len(targets))]   # a heap of (when, target index)
+    busy = [0]
+    cond = threading.Condition()
 
     def worker():
         while True:
-            with lock:
-                if not queue:
-                    return
-                index = queue.pop(0)
-            results[index] = _gate_target(module, targets[index])
+            with cond:
+                while True:
+                    if not due and not busy[0]:
+                        cond.notify_all()
+                        return
+                    wait = (due[0][0] - time.monotonic()) if due else None
+                    if wait is not None and wait <= 0:
+                        unused, index = heapq.heappop(due)
+                        busy[0] += 1
+                        break
+                    cond.wait(wait)
+            following = targets[index].step()
+            with cond:
+                busy[0] -= 1
+                if following is not None:
+                    heapq.heappush(due, (following, index))
+                cond.notify_all()
 
     started = time.monotonic()
     workers = [threading.Thread(target=worker, name="kvfleet-gate-%d" % i)
@@ -518,6 +575,7 @@ def _gate_fleet(module):
         thread.start()
     for thread in workers:
         thread.join()
+    results = [t.out for t in targets]
     counts = dict((verdict, sum(1 for r in results if r["verdict"] == verdict))
                   for verdict in VERDICTS)
     failed = [r["name"] for r in results if r["in_fail_on"]]
