@@ -13,10 +13,12 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -283,24 +285,45 @@ def bench_restart(reps, smoke):
 # ---------------------------------------------------------------- 3. rollout on the demo fleet
 def bench_rollout(reps, smoke):
     """Needs the demo fleet (bash tests/demo.sh up). Per batch: vLLM's restart vs our overhead;
-    a no-change run; and the guide's way: systemctl restart on every host at once."""
+    a no-change run; and the guide's way: systemctl restart on every host at once. The deploys
+    run twice per repetition: over the demo's SSH with pipelining, and over podman's own
+    connection (no pipelining: every task copies its module first), the baseline."""
     eph = fleet_ephemeral()
     inv = os.path.join(eph, "inventory")
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(eph, "ansible.cfg"))
+    baseline = podman_inventory(inv)
     out = {"deploys": [], "no_change": [], "restart_all": []}
-    for rep in range(reps):
-        seqs = 3 if rep % 2 == 0 else 5
-        for key, extra in (("deploys", ["-e", "vllm_server_max_num_seqs=%d" % seqs]),
-                           ("no_change", ["-e", "vllm_server_max_num_seqs=%d" % seqs])):
-            report = os.path.join(eph, "bench-%s-%d" % (key, rep))
-            t0 = time.time()
-            subprocess.run(["ansible-playbook", "-i", inv, "kvfleet.vllm.deploy", "-e",
-                            "vllm_deploy_report_dir=" + report] + extra, env=env, check=True,
-                           stdout=subprocess.DEVNULL)
-            hosts = json.load(open(os.path.join(report, "kvfleet-vllm-deploy.json")))["hosts"]
-            out[key].append({"wall_seconds": time.time() - t0, "hosts": [phase_split(h) for h in hosts]})
-        out["restart_all"].append(restart_all(inv, env))
+    try:
+        for rep in range(reps):
+            for connection, inventory in (("ssh", inv), ("podman", baseline)):
+                seqs = 3 if len(out["deploys"]) % 2 == 0 else 5
+                for key in ("deploys", "no_change"):
+                    report = os.path.join(eph, "bench-%s-%s-%d" % (key, connection, rep))
+                    t0 = time.time()
+                    subprocess.run(["ansible-playbook", "-i", inventory, "kvfleet.vllm.deploy", "-e",
+                                    "vllm_deploy_report_dir=" + report, "-e",
+                                    "vllm_server_max_num_seqs=%d" % seqs], env=env, check=True,
+                                   stdout=subprocess.DEVNULL)
+                    hosts = json.load(open(os.path.join(report, "kvfleet-vllm-deploy.json")))["hosts"]
+                    out[key].append({"connection": connection, "wall_seconds": time.time() - t0,
+                                     "hosts": [phase_split(h) for h in hosts]})
+            out["restart_all"].append(restart_all(inv, env))
+    finally:
+        shutil.rmtree(baseline, ignore_errors=True)
     return out
+
+
+def podman_inventory(inv):
+    """The demo's inventory with podman's own connection for every host (host_vars win over the
+    inventory file's host entries)."""
+    copy = tempfile.mkdtemp(prefix="kvfleet-podman-inv-")
+    shutil.copytree(inv, os.path.join(copy, "inventory"))
+    host_vars = os.path.join(copy, "inventory", "host_vars")
+    os.makedirs(host_vars, exist_ok=True)
+    for node in ("kvfleet-node1", "kvfleet-node2", "kvfleet-node3"):
+        with open(os.path.join(host_vars, node), "a") as f:
+            f.write("\nansible_connection: podman\nansible_ssh_pipelining: false\n")
+    return os.path.join(copy, "inventory")
 
 
 def phase_split(h):
@@ -377,16 +400,28 @@ def markdown(res):
     if "rollout" in res:
         r = res["rollout"]
         lines += ["## 3. Rollout overhead (3-host demo fleet, one host per batch)", "",
-                  "| run | wall | per host: vLLM restart to healthy | warm-up + gate | our overhead |",
-                  "|---|---|---|---|---|"]
+                  "Each deploy over SSH with pipelining (how the demo reaches its hosts) and, as the "
+                  "baseline in the same run, over podman's own connection (no pipelining). Overhead: "
+                  "everything but vLLM's restart to healthy and the warm-up + gate; its ratio is "
+                  "against the same kind of run over podman's connection.", "",
+                  "| run | connection | wall | per host: vLLM restart to healthy | warm-up + gate | "
+                  "our overhead | overhead / vLLM restart | overhead ratio |",
+                  "|---|---|---|---|---|---|---|---|"]
         for key in ("deploys", "no_change"):
+            base = [h["our_overhead"] for run in r[key] if run.get("connection") == "podman"
+                    for h in run["hosts"]]
             for run in r[key]:
                 hs = run["hosts"]
-                lines.append("| %s | %.0f s | %s | %s | %s |" % (
-                    "flag change" if key == "deploys" else "no change", run["wall_seconds"],
-                    fmt(stats([h["vllm_restart_to_healthy"] for h in hs]), " s", digits=1),
+                over = stats([h["our_overhead"] for h in hs])
+                restart = stats([h["vllm_restart_to_healthy"] for h in hs])
+                lines.append("| %s | %s | %.0f s | %s | %s | %s | %s | %s |" % (
+                    "flag change" if key == "deploys" else "no change",
+                    {"ssh": "SSH, pipelining", "podman": "podman exec"}.get(run.get("connection"), "-"),
+                    run["wall_seconds"], fmt(restart, " s", digits=1),
                     fmt(stats([h["gate_and_warmup"] for h in hs]), " s", digits=1),
-                    fmt(stats([h["our_overhead"] for h in hs]), " s", digits=1)))
+                    fmt(over, " s", digits=1),
+                    ("%.0f%%" % (100 * over["median"] / restart["median"])) if restart["median"] else "-",
+                    ("%.2f" % (over["median"] / stats(base)["median"])) if base else "-"))
         for run in r["restart_all"]:
             lines.append("| guide: restart all at once | %.0f s | no host serving for %.1f s | - | - |" % (
                 run["total_seconds"], run["no_host_serving_seconds"]))
