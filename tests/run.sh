@@ -11,7 +11,7 @@
 #   bench   the benchmarks in smoke mode (one repetition, smallest sizes), so they cannot rot
 #   live    modules through ansible against real vLLM CPU servers
 #   molecule  roles and fleet playbooks on Podman systemd hosts with real vLLM CPU servers
-#   fresh   lint sanity units build again inside a pristine Debian 12 container with an empty
+#   fresh   units and build again inside a pristine Debian 12 container with an empty
 #           cache (tests/fresh.sh): nothing may depend on what this machine already has
 # bash tests/run.sh                 all stages
 # bash tests/run.sh units live      just these (setup always runs first)
@@ -58,7 +58,10 @@ stage_live() {
 stage_build() { bash "$HERE/build.sh"; }
 stage_bench() { bash "$KVFLEET_ROOT/benchmarks/run.sh" --smoke --out "$(mktemp -d)"; }
 stage_molecule() { bash "$HERE/molecule.sh"; }
-stage_fresh() { bash "$HERE/fresh.sh"; }   # after molecule: podman is set up by then
+# after molecule: podman is set up by then. Units and build prove the tool venv, ansible-test's
+# own venv and the build tools install from nothing; lint and sanity use the same tool venv
+# (bash tests/fresh.sh alone runs them too).
+stage_fresh() { bash "$HERE/fresh.sh" units build; }
 
 STAGES="setup $STAGES"
 stage setup stage_setup
