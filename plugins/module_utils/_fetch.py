@@ -11,13 +11,14 @@ followed, one deadline covers the whole request, the body is capped at max_body_
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 
 from ansible.module_utils.common.text.converters import to_native
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.urls import Request, make_context
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
     MAX_BODY_BYTES, DeadlineExceeded, FetchError, Response, check_encoding, check_range,
@@ -69,6 +70,28 @@ def _close(exc):
         pass
 
 
+_CONTEXTS = {}
+_CONTEXTS_LOCK = threading.Lock()
+
+
+def _context(params):
+    """One SSL context per module run (per set of TLS options): making one loads the CA bundle,
+    about 40 ms of CPU, which open_url spends on every request, plain http included. A fleet
+    gate sends thousands. Not cached when it fails: that request reports why, as before."""
+    key = (params["validate_certs"], params.get("ca_path"), params.get("client_cert"),
+           params.get("client_key"))
+    with _CONTEXTS_LOCK:
+        if key not in _CONTEXTS:
+            _CONTEXTS[key] = make_context(validate_certs=key[0], cafile=key[1], client_cert=key[2],
+                                          client_key=key[3])
+        return _CONTEXTS[key]
+
+
+def open_url(url, **kwargs):
+    """ansible.module_utils.urls' open_url (a GET) with the run's SSL context."""
+    return Request().open("GET", url, **kwargs)
+
+
 def make_fetcher(module, target=None):
     """fetch(path) -> Response for the module's url, or for `target` ({url, api_key}: one of
     several servers a module reads; the other connection options are the module's)."""
@@ -87,7 +110,8 @@ def make_fetcher(module, target=None):
             resp = open_url(base + path, headers=headers, timeout=timeout,
                             validate_certs=params["validate_certs"], ca_path=params.get("ca_path"),
                             client_cert=params.get("client_cert"), client_key=params.get("client_key"),
-                            follow_redirects="none", decompress=False, http_agent="kvfleet.vllm")
+                            follow_redirects="none", decompress=False, http_agent="kvfleet.vllm",
+                            context=_context(params))
             try:
                 check_encoding(resp)
                 return Response(resp.getcode(), read_body(resp, limit, deadline))
