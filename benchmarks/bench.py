@@ -420,12 +420,16 @@ def markdown(res):
                     run["wall_seconds"], fmt(restart, " s", digits=1),
                     fmt(stats([h["gate_and_warmup"] for h in hs]), " s", digits=1),
                     fmt(over, " s", digits=1),
-                    ("%.0f%%" % (100 * over["median"] / restart["median"])) if restart["median"] else "-",
+                    ("%.0f%%" % (100 * over["median"] / restart["median"]))
+                    if key == "deploys" and restart["median"] else "-",
                     ("%.2f" % (over["median"] / stats(base)["median"])) if base else "-"))
         for run in r["restart_all"]:
-            lines.append("| guide: restart all at once | %.0f s | no host serving for %.1f s | - | - |" % (
+            lines.append("| guide: restart all at once | - | %.0f s | no host serving for %.1f s | - | - | - | - |" % (
                 run["total_seconds"], run["no_host_serving_seconds"]))
         lines.append("")
+    # what was measured outside this script (Molecule runs, profiles), kept in results.json
+    for note in res.get("notes", {}).get("rollout", []):
+        lines += [note, ""]
     if "capacity" in res:
         c = res["capacity"]
         lines += ["## 4. Capacity during scheduled restarts", "", "Plan: %s." % c["plan"], "",
