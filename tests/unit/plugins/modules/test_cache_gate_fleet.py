@@ -87,42 +87,26 @@ def test_a_hung_target_holds_only_itself(run_module):
     assert [r["name"] for r in res["results"]] == [t["name"] for t in targets]
 
 
-def test_many_targets_share_one_window(run_module):
-    """Twenty servers, 3 samples 0.5 s apart, twenty at a time: about one window, not twenty."""
-    servers = [LocalServer(local_servers.vllm()) for unused in range(20)]
+@pytest.mark.parametrize("count, concurrency", [(20, 20), (10, 1)])
+def test_many_targets_share_one_window(run_module, count, concurrency):
+    """Servers sampled 3 times 0.5 s apart, as many workers as servers or just one: about one
+    window, not one per server. A worker never waits out a target's interval while another
+    target's sample is due (with one worker, one window per server ran one after another)."""
+    servers = [LocalServer(local_servers.vllm()) for unused in range(count)]
     for srv in servers:
         srv.__enter__()
     try:
         failed, res = run_module(cache_gate, {
             "targets": [{"name": str(i), "url": s.url} for i, s in enumerate(servers)],
-            "interval": 0.5, "concurrency": 20})
+            "interval": 0.5, "concurrency": concurrency})
     finally:
         for srv in servers:
             srv.__exit__(None, None, None)
-    assert not failed and res["fleet"]["healthy"] == 20 and res["fleet"]["concurrency"] == 20
-    # one window for all: every target's window began before any target's ended (run one after
-    # the other, the twentieth would begin after the first had ended). No wall-clock bound: the
-    # machine may be loaded.
-    firsts = [r["samples"][0]["time"] for r in res["results"]]
-    lasts = [r["samples"][-1]["time"] for r in res["results"]]
-    assert max(firsts) < min(lasts)
-
-
-def test_one_worker_still_takes_one_window(run_module):
-    """Ten servers, one worker: the worker never waits out a target's interval while another
-    target's sample is due, so the ten windows overlap instead of running one after another."""
-    servers = [LocalServer(local_servers.vllm()) for unused in range(10)]
-    for srv in servers:
-        srv.__enter__()
-    try:
-        failed, res = run_module(cache_gate, {
-            "targets": [{"name": str(i), "url": s.url} for i, s in enumerate(servers)],
-            "interval": 0.5, "concurrency": 1})
-    finally:
-        for srv in servers:
-            srv.__exit__(None, None, None)
-    assert not failed and res["fleet"]["healthy"] == 10 and res["fleet"]["concurrency"] == 1
+    assert not failed and res["fleet"]["healthy"] == count
+    assert res["fleet"]["concurrency"] == concurrency
     assert all(len(r["samples"]) == 3 for r in res["results"])
+    # one window for all: every target's window began before any target's ended. No wall-clock
+    # bound: the machine may be loaded.
     firsts = [r["samples"][0]["time"] for r in res["results"]]
     lasts = [r["samples"][-1]["time"] for r in res["results"]]
     assert max(firsts) < min(lasts)
