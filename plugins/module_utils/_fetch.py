@@ -87,8 +87,9 @@ def _context(params):
         return _CONTEXTS[key]
 
 
-def open_url(url, **kwargs):
-    """ansible.module_utils.urls' open_url (a GET) with the run's SSL context."""
+def _get(url, **kwargs):
+    """A GET as ansible.module_utils.urls' open_url sends it, with the run's SSL context
+    (open_url takes none)."""
     return Request().open("GET", url, **kwargs)
 
 
@@ -107,11 +108,11 @@ def make_fetcher(module, target=None):
         deadline = time.monotonic() + timeout
 
         def work():
-            resp = open_url(base + path, headers=headers, timeout=timeout,
-                            validate_certs=params["validate_certs"], ca_path=params.get("ca_path"),
-                            client_cert=params.get("client_cert"), client_key=params.get("client_key"),
-                            follow_redirects="none", decompress=False, http_agent="kvfleet.vllm",
-                            context=_context(params))
+            resp = _get(base + path, headers=headers, timeout=timeout,
+                        validate_certs=params["validate_certs"], ca_path=params.get("ca_path"),
+                        client_cert=params.get("client_cert"), client_key=params.get("client_key"),
+                        follow_redirects="none", decompress=False, http_agent="kvfleet.vllm",
+                        context=_context(params))
             try:
                 check_encoding(resp)
                 return Response(resp.getcode(), read_body(resp, limit, deadline))

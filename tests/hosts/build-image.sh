@@ -23,7 +23,7 @@ mmdebstrap --mode=root --variant=minbase \
   --customize-hook='chroot "$1" systemctl mask getty@tty1.service' \
   `# sshd is not a service here: Ansible reaches a host through 'podman exec -i HOST sshd -i'` \
   `# (the scenarios' connection_options); the host keys are made once, in the image` \
-  --customize-hook='chroot "$1" systemctl disable ssh.service ssh.socket 2>/dev/null || true' \
+  --customize-hook='chroot "$1" systemctl disable ssh.service ssh.socket' \
   --customize-hook='chroot "$1" ssh-keygen -A >/dev/null' \
   --customize-hook=': > "$1/etc/machine-id"' \
   --customize-hook='mkdir -p "$1/var/lib/apt/periodic" && touch -d @0 "$1/var/lib/apt/periodic/update-success-stamp"' \

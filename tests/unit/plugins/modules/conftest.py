@@ -32,7 +32,8 @@ class FakeResponse(object):
 
 
 class FakeServer(object):
-    """Answers open_url by path; a value is bytes (200), an int (HTTP error) or an exception."""
+    """Answers _fetch._get (open_url's GET) by path; a value is bytes (200), an int (HTTP
+    error) or an exception."""
 
     def __init__(self, routes):
         self.routes = routes
@@ -69,7 +70,7 @@ def run_module(monkeypatch, capsys):
     def run(module, args, server=None):
         if server is not None:
             monkeypatch.setattr(
-                "ansible_collections.kvfleet.vllm.plugins.module_utils._fetch.open_url", server)
+                "ansible_collections.kvfleet.vllm.plugins.module_utils._fetch._get", server)
         with patch_module_args(args):
             with pytest.raises(SystemExit) as exit_info:
                 module.main()

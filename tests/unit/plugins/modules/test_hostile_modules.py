@@ -1,4 +1,4 @@
-"""The hostile-input corpus and hostile options through the modules (open_url patched)."""
+"""The hostile-input corpus and hostile options through the modules (the fetcher's GET patched)."""
 
 from __future__ import annotations
 
