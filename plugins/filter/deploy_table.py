@@ -11,14 +11,21 @@ short_description: The summary table of the kvfleet.vllm.deploy playbook, as tex
 version_added: 0.2.0
 description:
   - One header line, one line per host (host, batch, version and config hash before and after,
-    outcome, seconds, what failed) and a line of totals per outcome.
+    outcome, seconds, what failed) and a line of totals per outcome; then, when any host is left
+    out of the load balancer (C(drained)), a line naming those hosts.
   - Outcomes are C(upgraded), C(restarted) (same settings, but its process predated them),
-    C(unchanged), C(checked) (a check-mode run), C(rolled back), C(rollback failed),
-    C(failed before change) (a drain hook failed), C(unhealthy) (a converged host, left alone,
-    whose health read failed) and C(untouched) (a batch before the host's failed).
+    C(resumed) (an earlier run left the host drained; verified and put back), C(unchanged),
+    C(checked) (a check-mode run), C(rolled back), C(rollback failed), C(first install failed)
+    (nothing to roll back to; files kept, left drained), C(failed before change) (a drain hook
+    or the backup failed), C(unhealthy) (a converged host, left alone, whose health read
+    failed), C(interrupted), C(unreachable) and C(refused) (from the
+    P(kvfleet.vllm.deploy_report#callback) callback, for a run that ended early) and
+    C(untouched) (never reached).
 options:
   _input:
-    description: One dict per host with C(host), C(batch), C(before), C(after), C(outcome), C(seconds), C(detail).
+    description:
+      - One dict per host with C(host), C(batch), C(before), C(after), C(outcome), C(seconds),
+        C(detail), C(drained).
     type: list
     elements: dict
     required: true

@@ -95,9 +95,15 @@ def table_lines(rows):
 DEPLOY_COLUMNS = (("HOST", 20), ("BATCH", 5), ("BEFORE", 22), ("AFTER", 22), ("OUTCOME", 16),
                   ("SECONDS", 7), ("DETAIL", 60))
 # what a deploy did to a host; 'checked': a --check run (the role's changed tasks say what
-# would change); 'untouched' hosts were never reached (a batch before them failed)
-OUTCOMES = ("upgraded", "unchanged", "checked", "rolled back", "rollback failed",
-            "failed before change", "untouched")
+# would change); 'restarted': same settings, a process older than its files restarted;
+# 'resumed': a host an earlier run left drained, verified and put back; 'untouched' hosts were
+# never reached (a batch before them failed); 'interrupted' and 'unreachable' come from the
+# deploy_report callback when a run ends before its own summary
+OUTCOMES = ("upgraded", "restarted", "resumed", "unchanged", "checked", "rolled back",
+            "rollback failed", "first install failed", "failed before change", "unhealthy", "interrupted",
+            "unreachable", "refused", "untouched")
+# outcomes whose host serves what the run left ("after" is what runs)
+_SERVING = ("upgraded", "restarted", "resumed", "unchanged")
 
 
 def _version(rec):
@@ -107,8 +113,9 @@ def _version(rec):
 
 
 def deploy_lines(rows):
-    """rows: {'host', 'batch', 'before', 'after', 'outcome', 'seconds', 'detail'} per host, where
-    before/after are deployment records ({'version', 'config'}) -> header, lines, totals."""
+    """rows: {'host', 'batch', 'before', 'after', 'outcome', 'seconds', 'detail', 'drained'} per
+    host, where before/after are deployment records ({'version', 'config'}) -> header, lines,
+    totals, and a last line naming the hosts left out of the load balancer."""
     out = [_line(DEPLOY_COLUMNS, [name for name, _w in DEPLOY_COLUMNS])]
     counts = {}
     for r in rows:
@@ -116,14 +123,57 @@ def deploy_lines(rows):
         counts[outcome] = counts.get(outcome, 0) + 1
         detail = " ".join(str(r.get("detail") or "-").split())
         warned = [z["warning"] for z in r.get("sizing") or [] if z.get("warning")]
-        if warned and outcome in ("upgraded", "unchanged"):
+        if warned and outcome in _SERVING:
             detail = "; ".join(warned)
+        if r.get("drained"):
+            detail = "LEFT DRAINED. " + detail
         out.append(_line(DEPLOY_COLUMNS, [
             r.get("host"), _cell(r.get("batch")), _version(r.get("before")),
-            _version(r.get("after")) if outcome in ("upgraded", "unchanged") else "-",
+            _version(r.get("after")) if outcome in _SERVING else "-",
             outcome, _cell(r.get("seconds"), "%.0f"),
             detail if len(detail) <= 120 else detail[:117] + "..."]))
-    out.append(", ".join("%d %s" % (counts[o], o) for o in OUTCOMES if o in counts) or "no hosts")
+    out.append(", ".join("%d %s" % (counts[o], o) for o in OUTCOMES if o in counts)
+               + "".join(", %d %s" % (n, o) for o, n in counts.items() if o not in OUTCOMES)
+               or "no hosts")
+    drained = [r.get("host") for r in rows if r.get("drained")]
+    if drained:
+        out.append("left out of the load balancer: %s (the next deploy finishes them first)"
+                   % ", ".join(str(h) for h in drained))
+    return out
+
+
+def end_rows(rows, stages=None, unreachable=None, failures=None, interrupted=False):
+    """The summary rows of a deploy that ended before its own summary (Ctrl-C, an unreachable
+    host, a refusal in the checks), or of a batch that lost a host.
+
+    rows: each host's line as the playbook keeps it (_vllm_deploy); stages: host -> the step it
+    had started (_vllm_deploy_stage: drain, change, restart, verify, undrain); unreachable and
+    failures: host -> why (a task that was not rescued); interrupted: the run was stopped by a
+    signal. A host whose line was never finished becomes 'unreachable', 'interrupted' (its batch
+    was under way) or 'refused' (it failed the checks); one stopped after its drain started is
+    named as left drained (its drain marker says so on the host; the next deploy finishes it).
+    -> new rows; finished lines are kept as they are."""
+    stages, unreachable, failures = stages or {}, unreachable or {}, failures or {}
+    out = []
+    for row in rows:
+        r = dict(row)
+        host = r.get("host")
+        stage = stages.get(host)
+        if (r.get("outcome") or "untouched") == "untouched":
+            if host in unreachable:
+                r["outcome"] = "unreachable"
+                r["detail"] = unreachable[host]
+            elif r.get("batch") is not None and (interrupted or host in failures):
+                r["outcome"] = "interrupted"
+                r["detail"] = failures.get(host) or "the run was interrupted"
+            elif host in failures:
+                r["outcome"] = "refused"
+                r["detail"] = failures[host]
+            if stage and r["outcome"] in ("unreachable", "interrupted"):
+                r["failed_stage"] = stage
+                r["drained"] = True
+                r["detail"] = "stopped during %s: %s" % (stage, r["detail"])
+        out.append(r)
     return out
 
 

@@ -40,6 +40,27 @@ def test_deploy_lines():
     assert deploy_lines([{"host": "h", "outcome": "checked"}])[-1] == "1 checked"
 
 
+def test_deploy_lines_name_hosts_left_drained_and_count_every_outcome():
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import deploy_lines
+    a = {"version": "0.32.0", "config": "aaaa"}
+    rows = [{"host": "h1", "batch": 1, "before": a, "after": a, "outcome": "resumed"},
+            {"host": "h2", "batch": 2, "before": a, "after": a, "outcome": "restarted"},
+            {"host": "h3", "batch": 3, "before": {}, "after": None, "outcome": "first install failed",
+             "drained": True, "detail": "vLLM 0.32.0 installed; not serving"},
+            {"host": "h4", "batch": 3, "before": a, "outcome": "interrupted", "drained": True},
+            {"host": "h5", "before": a, "outcome": "someday"}]
+    lines = deploy_lines(rows)
+    # the hosts that serve what the run left show it
+    assert lines[1].split()[:7] == ["h1", "1", "0.32.0", "(aaaa)", "0.32.0", "(aaaa)", "resumed"]
+    assert lines[2].split()[:7] == ["h2", "2", "0.32.0", "(aaaa)", "0.32.0", "(aaaa)", "restarted"]
+    assert lines[3].split()[:8] == ["h3", "3", "-", "-", "first", "install", "failed", "-"]
+    assert "LEFT DRAINED. vLLM 0.32.0 installed" in lines[3]
+    assert "LEFT DRAINED." in lines[4]
+    # every outcome is counted, an unknown one too
+    assert lines[6] == "1 restarted, 1 resumed, 1 first install failed, 1 interrupted, 1 someday"
+    assert lines[7] == "left out of the load balancer: h3, h4 (the next deploy finishes them first)"
+
+
 def _gate(verdict="healthy", samples=None, **extra):
     return dict(verdict=verdict, state="idle", causes=[], samples=samples or [
         {"version": "0.32.0", "kv_cache_usage": 0.1, "requests_running": 0, "requests_waiting": 0,
