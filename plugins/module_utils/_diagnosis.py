@@ -17,13 +17,13 @@ it is decided.
 
 from __future__ import annotations
 
-__all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "MIN_RESTARTS", "VERDICTS", "add_rates",
-           "cause_advice", "diagnose", "since_last_down", "unit_restarts"]
+__all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "MEMORY_GROWTH", "MIN_RESTARTS", "VERDICTS",
+           "add_rates", "cause_advice", "diagnose", "memory_growth", "since_last_down", "unit_restarts"]
 
 CAUSE_IDS = ("engine_down", "probe_errors", "kv_cache_exhausted", "concurrency_cap",
              "active_seq_cap", "token_budget", "head_of_line_blocking", "admission_stall",
              "deferred_backlog", "deferred_deadlock", "admission_rejections", "request_errors",
-             "request_aborts", "invalid_metrics", "crash_loop")
+             "request_aborts", "invalid_metrics", "crash_loop", "memory_growth")
 VERDICTS = ("healthy", "degraded", "unhealthy")
 DEFAULT_THRESHOLDS = {
     # usage at or above this counts as "near full"; below it the cache has room.
@@ -47,6 +47,12 @@ DEFAULT_THRESHOLDS = {
 # systemd restarts of the unit in the window that make crash_loop critical (fewer: a warning);
 # the host program reads them, the gate module cannot
 MIN_RESTARTS = 3
+# What makes the resident memory of one server process (all the unit's processes: the API server,
+# the engine cores) a memory_growth: over at least min_seconds and min_points monitor samples of
+# the same process, a fitted growth of at least ratio of its start and of min_bytes, the later
+# half above the earlier. Leaks over days have been reported on several vLLM releases; hours of
+# steady growth at a steady load are the signal, a warm-up is not (min_seconds, the fit).
+MEMORY_GROWTH = {"ratio": 0.2, "min_bytes": 256 * 1024 ** 2, "min_seconds": 6 * 3600, "min_points": 6}
 # Scheduler settings that /metrics does not show; the gate takes them as options.
 LIMIT_NAMES = ("max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs", "max_model_len")
 
@@ -128,6 +134,11 @@ _ADVICE = {
         "kernel's OOM killer, a CUDA/Xid error, a crash at start). Read the journal lines "
         "'exited: result=...' and the errors before them; a start limit hit leaves the unit "
         "failed until someone fixes the cause and starts it."),
+    "memory_growth": (
+        "The server's resident memory (every process of its unit) has grown steadily for hours: "
+        "a leak, not a cache (vLLM's KV cache is allocated once at start). A restart frees it: "
+        "let the scheduled restart cure it (mode when_degraded with memory_growth among "
+        "vllm_restart_causes), and report the version and the workload upstream."),
     "invalid_metrics": (
         "The server's /metrics holds values that cannot be true (NaN or infinite values, negative "
         "counts, usage outside 0..1, bad block counts, duplicated series); the diagnosis ignored "
@@ -635,13 +646,57 @@ def unit_restarts(points, min_restarts=MIN_RESTARTS):
         "window_seconds": round(last["time"] - seen[0]["time"], 2)})
 
 
-def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None, unit_points=None):
+def memory_growth(points, settings=None):
+    """The memory_growth cause from the monitor's history, or None.
+
+    points: oldest first, each {'time', 'unit_memory': {'rss_bytes', 'main_pid'}} (lines without
+    it are skipped). Only the samples of the last point's process count: a restart frees the
+    memory, and a new process starts a new series. settings: MEMORY_GROWTH's keys.
+    """
+    cfg = dict(MEMORY_GROWTH, **dict((k, v) for k, v in (settings or {}).items() if v is not None))
+    seen = [(p["time"], p["unit_memory"]) for p in points
+            if isinstance(p.get("unit_memory"), dict) and isinstance(p.get("time"), (int, float))
+            and isinstance(p["unit_memory"].get("rss_bytes"), int) and p["unit_memory"]["rss_bytes"] > 0]
+    if not seen:
+        return None
+    pid = seen[-1][1].get("main_pid")
+    same = [(t, m["rss_bytes"]) for t, m in seen if m.get("main_pid") == pid]
+    if len(same) < cfg["min_points"]:
+        return None
+    times, rss = [t for t, _r in same], [r for _t, r in same]
+    span = times[-1] - times[0]
+    if span < cfg["min_seconds"]:
+        return None
+    n = float(len(times))
+    mt, mr = sum(times) / n, sum(rss) / n
+    var = sum((t - mt) ** 2 for t in times)
+    slope = sum((t - mt) * (r - mr) for t, r in zip(times, rss)) / var if var else 0.0
+    start = mr - slope * (mt - times[0])      # the fitted resident memory at the first sample
+    grown = slope * span
+    half = len(rss) // 2
+    early, late = sum(rss[:half]) / half, sum(rss[half:]) / (len(rss) - half)
+    if start <= 0 or grown < cfg["min_bytes"] or grown / start < cfg["ratio"] or late <= early:
+        return None
+    return _cause("memory_growth", "warning", {
+        "rss_first_bytes": rss[0], "rss_last_bytes": rss[-1], "growth_fitted_bytes": int(grown),
+        "growth_ratio": round(grown / start, 3), "bytes_per_hour": int(slope * 3600),
+        "window_seconds": round(span, 1), "points": len(same), "main_pid": pid,
+        "ratio": cfg["ratio"], "min_bytes": cfg["min_bytes"]},
+        "Here: %.0f MiB -> %.0f MiB over %.1f h (+%.0f%%, %.0f MiB an hour)." % (
+            rss[0] / 1048576.0, rss[-1] / 1048576.0, span / 3600.0, 100 * grown / start,
+            slope * 3600 / 1048576.0))
+
+
+def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None, unit_points=None,
+             memory_points=None, memory_settings=None):
     """Snapshots (oldest first, with rates) -> {'verdict', 'state', 'causes', 'window_seconds',
     'engines', 'pending'}.
 
     limits: the scheduler settings /metrics does not show (LIMIT_NAMES); max_num_seqs is kept
     as its own argument for callers that know only that one. unit_points: the unit's restart
     counts over a longer span than the snapshots (unit_restarts); the snapshots' own otherwise.
+    memory_points: the monitor's history with each sample's unit memory (memory_growth; the
+    host program has it, the gate module does not).
     """
     th = dict(DEFAULT_THRESHOLDS)
     th.update(dict((k, v) for k, v in (thresholds or {}).items() if v is not None))
@@ -674,6 +729,9 @@ def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None, unit_po
         causes.append(invalid)
     if looping:
         causes.append(looping)
+    leaking = memory_growth(memory_points, memory_settings) if memory_points else None
+    if leaking:
+        causes.append(leaking)
     states = set(e["state"] for e in engines.values())
     state = ("serving" if "serving" in states else "sleeping" if "sleeping" in states
              else "idle")

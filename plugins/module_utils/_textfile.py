@@ -26,6 +26,7 @@ _GAUGES = (
     ("kvfleet_vllm_generation_tokens_rate", "Tokens generated per second since the previous sample.", ("rates", "generation_tokens_per_s")),
     ("kvfleet_vllm_preemption_rate", "Preemptions per second since the previous sample.", ("rates", "preemptions_per_s")),
     ("kvfleet_vllm_unit_restarts", "Restarts systemd made of the instance since its last requested start (NRestarts).", ("snap", "unit_restarts")),
+    ("kvfleet_vllm_memory_rss_bytes", "Resident memory of every process of the instance's unit (VmRSS; memory_growth reads its history).", ("unit_memory", "rss_bytes")),
 )
 
 
@@ -59,7 +60,7 @@ def render(results):
         samples = []
         for r in results:
             snap = r["snapshot"] or {}
-            source = snap if section == "snap" else (snap.get("rates") or {})
+            source = snap if section == "snap" else (snap.get(section) or {})
             if source.get(key) is not None:  # absent, not 0, when vLLM does not expose it
                 samples.append(({"instance": r["instance"]}, source[key]))
         family(name, help_text, samples)

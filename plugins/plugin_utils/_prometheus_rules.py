@@ -30,7 +30,7 @@ SEVERITIES = {
     "deferred_backlog": ("warning",), "deferred_deadlock": ("critical",),
     "admission_rejections": ("warning",), "request_errors": ("warning", "critical"),
     "request_aborts": ("warning",), "invalid_metrics": ("warning",),
-    "crash_loop": ("warning", "critical"),
+    "crash_loop": ("warning", "critical"), "memory_growth": ("warning",),
 }
 ALERT_NAMES = dict((c, "Vllm" + "".join(w.capitalize() for w in c.split("_"))) for c in CAUSE_IDS)
 

@@ -37,7 +37,7 @@ from urllib.parse import unquote, urlsplit
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib"))
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
-    add_rates, diagnose, since_last_down)
+    add_rates, diagnose, memory_growth, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (  # noqa: E402
     window as latency_window)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # noqa: E402
@@ -155,11 +155,56 @@ def make_fetcher(base_url, timeout, api_key=None, max_body_bytes=MAX_BODY_BYTES,
 
 def unit_state(unit):
     out = subprocess.run(["systemctl", "show", "-p",
-                          "ActiveState,SubState,NRestarts,Result,ActiveEnterTimestampMonotonic", unit],
+                          "ActiveState,SubState,NRestarts,Result,ActiveEnterTimestampMonotonic,"
+                          "MainPID", unit],
                          capture_output=True, text=True, check=False).stdout
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     state["NRestarts"] = int(state.get("NRestarts") or 0)
     return state
+
+
+def unit_memory(state, proc="/proc"):
+    """Resident memory of a unit's server: its main process and every descendant (the API server
+    and its engine cores), summed from each /proc/<pid>/status VmRSS: {'rss_bytes',
+    'processes', 'main_pid'}, or None when the unit runs no process. The process tree, not the
+    cgroup: it reads the same on cgroup v1, hybrid and v2 hosts. /proc/<pid>/status is
+    world-readable, so the unprivileged monitor reads it (its unit keeps ProtectProc=default)."""
+    try:
+        main = int(state.get("MainPID") or 0)
+    except ValueError:
+        main = 0
+    if main <= 0:
+        return None
+    children = {}
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, name, "stat")) as f:
+                # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue   # exited while we read
+        children.setdefault(ppid, []).append(int(name))
+    pids, todo = [], [main]
+    while todo and len(pids) < 4096:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(children.get(pid, []))
+    rss, counted = 0, 0
+    for pid in pids:
+        try:
+            with open(os.path.join(proc, str(pid), "status")) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        rss += int(line.split()[1]) * 1024
+                        counted += 1
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    if not counted:
+        return None
+    return {"rss_bytes": rss, "processes": counted, "main_pid": main}
 
 
 def seconds_since_start(state, now=None):
@@ -444,6 +489,17 @@ def _wait_idle(inst, timeout):
         time.sleep(2)
 
 
+def monitor_memory_growth(cfg, inst):
+    """memory_growth from the monitor's history (kvfleet.vllm.monitor, its configuration beside
+    the guard's), or None: a leak shows over hours of samples, not in the guard's short gate."""
+    path = cfg.get("monitor_config")
+    if not path or not os.path.exists(path):
+        return None
+    monitor = load_config(path)
+    past = [h for h in _read_history(monitor["history"]) if h.get("instance") == inst["name"]]
+    return memory_growth(past, monitor.get("memory"))
+
+
 def restart_one(cfg, inst):
     """Restart one instance the drain-aware way. Returns 'skipped', 'restarted' or 'failed'."""
     unit = inst["unit"]
@@ -472,6 +528,10 @@ def restart_one(cfg, inst):
                           inst.get("max_num_seqs"), os.environ.get("VLLM_API_KEY"),
                           limits=inst.get("limits"), tls=inst.get("tls"))
         found = [c["id"] for c in result["causes"]]
+        leaking = monitor_memory_growth(cfg, inst)
+        if leaking:
+            found.append(leaking["id"])
+            log(WARNING, "%s: %s %s" % (unit, leaking["id"], json.dumps(leaking["evidence"], sort_keys=True)))
         curing = [c for c in found if c in cfg.get("causes", [])]
         if not curing:
             log(INFO, "%s: not restarting: verdict %s, causes %s; a restart cures only %s"
@@ -614,13 +674,15 @@ def _sample_one(cfg, inst, history, window):
     state = unit_state(inst["unit"]) if inst.get("unit") else {}
     if state.get("ActiveState"):
         now.update(unit_restarts=state["NRestarts"], unit_active_state=state["ActiveState"],
-                   unit_result=state.get("Result"))
+                   unit_result=state.get("Result"), unit_memory=unit_memory(state))
     add_rates(([dict(past[-1])] if past else []) + [now])
     recent = since_last_down([dict(h) for h in past[-(window - 1):]] + [now])
     # restarts count over the whole window, the ones before the last outage too (since_last_down
     # keeps only the current process's samples for the metric rules)
+    # memory_growth reads the whole history tail this round read (hours of samples), not the window
     diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"), limits=inst.get("limits"),
-                         unit_points=past[-(window - 1):] + [now])
+                         unit_points=past[-(window - 1):] + [now], memory_points=past + [now],
+                         memory_settings=cfg.get("memory"))
     # quantiles over the same window as the diagnosis, from the histograms' bucket counts that
     # each history line keeps (a restart inside it gives None with the reason)
     now["latency"] = latency_window(recent)

@@ -80,3 +80,80 @@ def test_a_failed_or_long_running_sick_unit_is_restarted(host, monkeypatch):
 def test_seconds_since_start(value, expected):
     assert prog.seconds_since_start({"ActiveEnterTimestampMonotonic": value}, now=10.0) == (
         None if expected is None else 10.0 - expected)
+
+
+def _leaking_history(path, pid=4242, hours=8, start=2 * 1024 ** 3, per_hour=128 * 1024 ** 2):
+    """A monitor history of one process whose memory grows steadily (one sample every 30 min)."""
+    import json
+    t0 = time.time() - hours * 3600
+    with open(path, "w") as f:
+        for i in range(2 * hours + 1):
+            line = {"instance": "main", "time": t0 + i * 1800, "verdict": "healthy",
+                    "unit_memory": {"rss_bytes": int(start + per_hour * i / 2), "processes": 2,
+                                    "main_pid": pid}}
+            f.write(json.dumps(line) + "\n")
+
+
+def _monitor_config(tmp_path, history):
+    import json
+    path = tmp_path / "monitor.json"
+    path.write_text(json.dumps({"history": str(history), "memory": {"ratio": 0.2}}))
+    return str(path)
+
+
+def test_when_degraded_restarts_for_memory_growth_from_the_monitor_history(host, monkeypatch, capsys, tmp_path):
+    """A healthy gate, but the monitor's history shows a leak: the guard restarts (and says why)."""
+    monkeypatch.setattr(prog, "_wait_idle", lambda inst, timeout: {})
+    monkeypatch.setattr(prog, "run_gate", lambda *a, **k: {"verdict": "healthy", "causes": []})
+    _leaking_history(tmp_path / "history.jsonl")
+    cfg = {"mode": "when_degraded", "causes": ["engine_down", "memory_growth"],
+           "monitor_config": _monitor_config(tmp_path, tmp_path / "history.jsonl")}
+    with pytest.raises(AssertionError, match="systemctl', 'restart'"):
+        prog.restart_one(cfg, INST)
+    out = capsys.readouterr().out
+    assert "restarting: memory_growth found, which a restart cures" in out
+    assert '"growth_ratio": 0.5' in out
+
+
+def test_memory_growth_restarts_only_when_it_is_among_the_causes(host, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(prog, "run_gate", lambda *a, **k: {"verdict": "healthy", "causes": []})
+    _leaking_history(tmp_path / "history.jsonl")
+    cfg = {"mode": "when_degraded", "causes": ["engine_down"],
+           "monitor_config": _monitor_config(tmp_path, tmp_path / "history.jsonl")}
+    assert prog.restart_one(cfg, INST) == "skipped"
+    assert "causes ['memory_growth']; a restart cures only engine_down" in capsys.readouterr().out
+    assert host.calls == []
+
+
+def test_no_monitor_no_memory_growth(host, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(prog, "run_gate", lambda *a, **k: {"verdict": "healthy", "causes": []})
+    cfg = {"mode": "when_degraded", "causes": ["memory_growth"],
+           "monitor_config": str(tmp_path / "absent.json")}
+    assert prog.restart_one(cfg, INST) == "skipped"
+    assert host.calls == []
+
+
+def test_unit_memory_sums_the_main_process_and_its_descendants(tmp_path):
+    procs = {   # pid: (ppid, VmRSS kB or None for an exited process)
+        100: (1, 1000), 101: (100, 2500), 102: (101, 300), 103: (100, None), 200: (1, 9999)}
+    for pid, (ppid, kb) in procs.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text("%d (VLLM::Engine) Core) S %d 1 1 0\n" % (pid, ppid))
+        if kb is not None:
+            (tmp_path / str(pid) / "status").write_text(
+                "Name:\tpython\nVmPeak:\t 9 kB\nVmRSS:\t %d kB\nThreads:\t4\n" % kb)
+    (tmp_path / "self").mkdir()
+    (tmp_path / "300").mkdir()   # no stat: exited between the listing and the read
+    assert prog.unit_memory({"MainPID": "100"}, proc=str(tmp_path)) == {
+        "rss_bytes": 3800 * 1024, "processes": 3, "main_pid": 100}
+    assert prog.unit_memory({"MainPID": "0"}, proc=str(tmp_path)) is None
+    assert prog.unit_memory({"MainPID": "junk"}, proc=str(tmp_path)) is None
+    assert prog.unit_memory({"MainPID": "999"}, proc=str(tmp_path)) is None
+
+
+def test_unit_memory_of_this_process():
+    """The real /proc: this test process alone (no children), a plausible size."""
+    import os
+    found = prog.unit_memory({"MainPID": str(os.getpid())})
+    assert found["main_pid"] == os.getpid() and found["processes"] >= 1
+    assert 10 * 1024 ** 2 < found["rss_bytes"] < 64 * 1024 ** 3

@@ -23,7 +23,8 @@ ROLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..
 # what the units reach now, so that they cannot slip back unnoticed.
 UNITS = {
     "vllm-main.service": ("server", "vllm.service.j2", 2.5),
-    "kvfleet-vllm-monitor.service": ("monitor", "monitor.service.j2", 1.2),
+    # 1.2 before memory_growth made it read the vLLM processes' /proc/<pid>/status (ProtectProc=default)
+    "kvfleet-vllm-monitor.service": ("monitor", "monitor.service.j2", 1.4),
     "kvfleet-vllm-restart.service": ("scheduled_restart", "restart.service.j2", 1.8),
 }
 

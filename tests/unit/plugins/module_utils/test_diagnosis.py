@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
     CAUSE_IDS, add_rates, diagnose, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import parse
@@ -408,3 +410,60 @@ def test_a_cache_full_for_admission_at_its_fullest_reading_is_exhaustion_not_hea
     assert ids(r) == ["kv_cache_exhausted"]
     ev = r["causes"][0]["evidence"]
     assert ev["free_tokens_estimate"] == (64 - 1 - 57) * 32 and ev["admits_a_mean_prompt"] is False
+
+
+def _mem(hours, rss, pid=7, step=1800.0):
+    """Monitor points every `step` seconds over `hours`, rss(i) bytes at point i."""
+    n = int(hours * 3600 / step) + 1
+    return [{"time": 1000.0 + i * step, "unit_memory": {"rss_bytes": int(rss(i)), "main_pid": pid}}
+            for i in range(n)]
+
+
+def test_memory_growth_found_over_hours_of_one_process():
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import memory_growth
+    gib = 1024 ** 3
+    cause = memory_growth(_mem(8, lambda i: 2 * gib + i * 64 * 1024 ** 2))
+    assert cause["id"] == "memory_growth" and cause["severity"] == "warning"
+    ev = cause["evidence"]
+    assert ev["rss_first_bytes"] == 2 * gib and ev["points"] == 17 and ev["main_pid"] == 7
+    assert ev["growth_ratio"] == 0.5 and ev["bytes_per_hour"] == 128 * 1024 ** 2
+    assert "2048 MiB -> 3072 MiB over 8.0 h (+50%, 128 MiB an hour)" in cause["advice"]
+
+
+@pytest.mark.parametrize("points", [
+    # flat, with noise
+    _mem(8, lambda i: 2 * 1024 ** 3 + (i % 3) * 10 * 1024 ** 2),
+    # the same growth, but over 3 hours only (a warm-up, a workload change)
+    _mem(3, lambda i: 2 * 1024 ** 3 + i * 200 * 1024 ** 2),
+    # 50% of a small process is under min_bytes
+    _mem(8, lambda i: 100 * 1024 ** 2 + i * 3 * 1024 ** 2),
+    # grew, then fell back: the later half is not above the earlier
+    _mem(8, lambda i: 2 * 1024 ** 3 + (i if i < 4 else max(0, 12 - i)) * 300 * 1024 ** 2),
+    # too few points
+    _mem(8, lambda i: 2 * 1024 ** 3 + i * 600 * 1024 ** 2, step=4 * 3600),
+    [],
+])
+def test_memory_growth_not_found(points):
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import memory_growth
+    assert memory_growth(points) is None
+
+
+def test_memory_growth_counts_the_last_process_only_and_skips_odd_points():
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import memory_growth, diagnose
+    leak = _mem(8, lambda i: 2 * 1024 ** 3 + i * 64 * 1024 ** 2, pid=7)
+    # a restart (new pid) an hour ago: its memory is low and its series too short
+    after = [{"time": leak[-1]["time"] + 600 * k, "unit_memory": {"rss_bytes": 2 * 1024 ** 3, "main_pid": 8}}
+             for k in range(1, 7)]
+    odd = [{"time": 5.0}, {"time": 6.0, "unit_memory": "x"}, {"unit_memory": {"rss_bytes": 5}},
+           {"time": 7.0, "unit_memory": {"rss_bytes": -3, "main_pid": 7}}]
+    assert memory_growth(odd + leak) is not None
+    assert memory_growth(leak + after) is None
+    # settings: a higher ratio needs more growth
+    assert memory_growth(leak, {"ratio": 0.6}) is None
+    # through diagnose: a healthy server with a leak is degraded by memory_growth
+    snaps = [dict(time=0.0, healthy=True, kv_cache_usage=0.1, requests_running=0, requests_waiting=0),
+             dict(time=2.0, healthy=True, kv_cache_usage=0.1, requests_running=0, requests_waiting=0)]
+    add_rates(snaps)
+    r = diagnose(snaps, memory_points=leak)
+    assert [c["id"] for c in r["causes"]] == ["memory_growth"] and r["verdict"] == "degraded"
+    assert diagnose(snaps)["verdict"] == "healthy"

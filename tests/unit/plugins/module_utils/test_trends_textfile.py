@@ -41,7 +41,8 @@ def test_textfile_parses_back_and_omits_unexposed_values():
     snap = {"healthy": True, "kv_cache_usage": 0.25, "num_gpu_blocks": 256, "block_size": 32,
             "used_blocks_estimate": 64, "requests_running": 2, "requests_waiting": 30,
             "rates": {"requests_finished_per_s": 1.5, "generation_tokens_per_s": None,
-                      "preemptions_per_s": 0.0}}
+                      "preemptions_per_s": 0.0},
+            "unit_memory": {"rss_bytes": 3 * 1024 ** 3, "processes": 2, "main_pid": 9}}
     results = [
         {"instance": 'a"1', "snapshot": snap, "time": 1796040000.5, "sustained": ["concurrency_cap"],
          "diagnosis": {"verdict": "degraded", "causes": [{"id": "concurrency_cap"}]},
@@ -57,6 +58,9 @@ def test_textfile_parses_back_and_omits_unexposed_values():
             theirs[(s.name, tuple(sorted(s.labels.items())))] = s.value
     assert ours == theirs
     assert ours[("kvfleet_vllm_kv_cache_usage_ratio", (("instance", 'a"1'),))] == 0.25
+    assert ours[("kvfleet_vllm_memory_rss_bytes", (("instance", 'a"1'),))] == 3 * 1024 ** 3
+    assert [k for k in ours if k[0] == "kvfleet_vllm_memory_rss_bytes"] == [
+        ("kvfleet_vllm_memory_rss_bytes", (("instance", 'a"1'),))]
     assert ours[("kvfleet_vllm_up", (("instance", "b"),))] == 0
     assert ours[("kvfleet_vllm_verdict", (("instance", "b"), ("verdict", "unhealthy")))] == 1
     assert ours[("kvfleet_vllm_cause", (("cause", "concurrency_cap"), ("instance", 'a"1')))] == 1
