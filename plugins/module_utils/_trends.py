@@ -8,11 +8,13 @@
   falling steadily while the request rate holds. PagedAttention does not fragment, so when it
   shows, look for a leak or a changing workload rather than scheduling a restart.
 - sustained causes: a cause present in most of the recent diagnoses.
+- persisting causes: a cause named by every sample of an instance for a time (the watchdog's
+  trigger).
 """
 
 from __future__ import annotations
 
-__all__ = ["TREND_IDS", "DEFAULTS", "sustained_causes", "trends"]
+__all__ = ["TREND_IDS", "DEFAULTS", "persisting_causes", "sustained_causes", "trends"]
 
 TREND_IDS = ("usage_falling_rate_steady",)
 DEFAULTS = {"min_points": 10, "usage_drop": 0.1, "rate_tolerance": 0.2, "sustained_share": 0.8}
@@ -65,3 +67,33 @@ def sustained_causes(diagnoses, settings=None):
             counts[cid] = counts.get(cid, 0) + 1
     need = cfg["sustained_share"] * len(diagnoses)
     return sorted(cid for cid, n in counts.items() if n >= need and len(diagnoses) >= 2)
+
+
+def persisting_causes(history, now, causes, for_seconds, stale_seconds=None):
+    """history: one instance's monitor lines, oldest first ({'time', 'cause_ids'}).
+
+    -> {cause id: seconds it has persisted} for each of `causes` that the newest lines all name,
+    over at least `for_seconds` (from the first line of that unbroken run to the newest) and at
+    least two lines. Nothing when the newest line is older than `stale_seconds` (default
+    max(120, for_seconds)): a monitor that stopped says nothing about now.
+    """
+    lines = [h for h in history if isinstance(h, dict) and isinstance(h.get("time"), (int, float))
+             and not isinstance(h.get("time"), bool)]
+    if not lines:
+        return {}
+    stale = max(120.0, float(for_seconds)) if stale_seconds is None else float(stale_seconds)
+    if now - lines[-1]["time"] > stale:
+        return {}
+    found = {}
+    for cause in causes:
+        run = []
+        for h in reversed(lines):
+            named = h.get("cause_ids")
+            if not isinstance(named, list) or cause not in named:
+                break
+            run.append(h)
+        if len(run) >= 2:
+            persisted = run[0]["time"] - run[-1]["time"]
+            if persisted >= for_seconds:
+                found[cause] = round(persisted, 1)
+    return found

@@ -13,6 +13,8 @@ health wait) use the same parser and rules as the modules. Standard library only
   kvfleet-vllm restart-guard --config /etc/kvfleet/restart.json   (scheduled restart, drain-aware)
   kvfleet-vllm monitor --config /etc/kvfleet/monitor.json         (one monitor round: history + textfile)
   kvfleet-vllm trends --config /etc/kvfleet/monitor.json          (trends from the history, JSON)
+  kvfleet-vllm watchdog --config /etc/kvfleet/watchdog.json       (after a monitor round: restart
+                                                                  an instance whose cure persists)
 The restart guard, the monitor and trends read the instances from the deployment record that the
 configuration names (the server role writes it; one model of an instance, no copies).
   kvfleet-vllm warmup --url URL [--env-file /etc/vllm/main.env]    (one short completion, JSON)
@@ -46,7 +48,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # no
     sample_until_decided, scrub, unreachable_snapshot, with_deadline)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._textfile import render  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import (  # noqa: E402
-    sustained_causes, trends)
+    persisting_causes, sustained_causes, trends)
 
 # journald reads a "<N>" prefix as the syslog priority of the line
 ERR, WARNING, INFO = "<3>", "<4>", "<6>"
@@ -538,6 +540,8 @@ def restart_one(cfg, inst):
                 % (unit, result["verdict"], found or "none", ", ".join(cfg.get("causes", []))))
             return "skipped"
         log(WARNING, "%s: restarting: %s found, which a restart cures" % (unit, ", ".join(curing)))
+    elif cfg.get("mode") == "watchdog":
+        log(WARNING, "%s: watchdog restart: %s" % (unit, cfg.get("reason", "?")))
     else:
         log(INFO, "%s: scheduled restart (mode always)" % unit)
     if not _hooks(cfg.get("pre_commands", []), inst, "pre-restart"):
@@ -743,10 +747,77 @@ def sample(args):
     with open(history_path, "a") as f:
         for line in new_lines:
             f.write(json.dumps(line, sort_keys=True) + "\n")
+    # readable like the textfile (metrics and causes, no secret): the watchdog and the restart
+    # guard read it as root without capabilities, which the monitor's UMask=0077 would lock out
+    os.chmod(history_path, 0o644)
     if cfg.get("textfile"):
         os.makedirs(os.path.dirname(cfg["textfile"]), exist_ok=True)
         _atomic_write(cfg["textfile"], render(results))
     return 0
+
+
+DAY = 24 * 3600
+
+
+def watchdog(args):
+    """After a monitor round (its unit's OnSuccess=): restart, through the drain-aware guard, an
+    instance whose monitor samples have all named a cause a restart cures for `for_seconds`; at
+    most `max_per_day` restarts on this host in 24 h, one instance a run, one decision per
+    instance per `for_seconds`. restart_one leaves a stopped, sleeping or just-started unit
+    alone. Each decision goes to the journal and, as a line {'instance', 'time', 'outcome',
+    'causes'}, to the watchdog's own history beside its state (the monitor's history belongs to
+    the monitor's unprivileged user; this runs as root without capabilities, so it only reads it)."""
+    cfg = load_config(args.config)
+    monitor = load_config(cfg["monitor_config"])
+    history = _read_history(monitor["history"])
+    state_path = cfg["state"]
+    actions_path = os.path.join(os.path.dirname(state_path), "actions.jsonl")
+    acted = _read_history(actions_path)
+    now = time.time()
+    try:
+        with open(state_path) as f:
+            done = [t for t in json.load(f).get("restarts", []) if isinstance(t, (int, float)) and now - t < DAY]
+    except (OSError, ValueError, AttributeError):
+        done = []
+    for_seconds = float(cfg.get("for_seconds", 600))
+    actions = []
+    for inst in load_instances(cfg):
+        if not isinstance(inst, dict) or "url" not in inst:
+            continue
+        samples = [h for h in history if h.get("instance") == inst["name"]]
+        found = persisting_causes(samples, now, cfg.get("causes", []), for_seconds)
+        if not found:
+            continue
+        # one decision per instance per for_seconds: a cause that outlives a restart (or a unit
+        # left alone: stopped, sleeping, loading) is looked at again after as long, not each round
+        last = [a["time"] for a in acted if a.get("instance") == inst["name"] and isinstance(a.get("time"), (int, float))]
+        if last and now - last[-1] < for_seconds:
+            continue
+        what = ", ".join("%s for %.0fs" % kv for kv in sorted(found.items()))
+        if len(done) >= int(cfg.get("max_per_day", 2)):
+            log(WARNING, "%s: watchdog: not restarting (%s): %d watchdog restart(s) on this host in "
+                "24 h, the most allowed (vllm_monitor_watchdog_max_per_day)" % (inst["unit"], what, len(done)))
+            outcome = "rate-limited"
+        else:
+            try:
+                outcome = restart_one(dict(cfg, mode="watchdog", reason=what + " (a restart cures it)"), inst)
+            except Exception as exc:  # reported as this instance's failure, never a traceback
+                log(ERR, "%s: watchdog failed: %s" % (inst["unit"], scrub("%s: %s" % (type(exc).__name__, exc))))
+                outcome = "failed"
+            if outcome in ("restarted", "failed"):
+                done.append(now)
+        actions.append({"instance": inst["name"], "time": round(time.time(), 3), "outcome": outcome,
+                        "causes": found})
+        if outcome in ("restarted", "failed"):
+            break  # one restart a run: the next round sees what it did
+    if actions:
+        os.makedirs(os.path.dirname(state_path), exist_ok=True)
+        _atomic_write(state_path, json.dumps({"restarts": done}) + "\n")
+        _rotate(actions_path, 1024 * 1024, 2)
+        with open(actions_path, "a") as f:
+            for line in actions:
+                f.write(json.dumps(line, sort_keys=True) + "\n")
+    return 1 if any(a["outcome"] == "failed" for a in actions) else 0
 
 
 def _number(name, rule, kind=float):
@@ -817,6 +888,9 @@ def main(argv=None):
     p = sub.add_parser("trends", help="trends and sustained causes from the monitor history (JSON)")
     p.add_argument("--config", required=True)
     p.set_defaults(func=trends_report)
+    p = sub.add_parser("watchdog", help="restart an instance whose monitor samples all name a cause a restart cures")
+    p.add_argument("--config", required=True)
+    p.set_defaults(func=watchdog)
     p = sub.add_parser("warmup", help="one short completion; fails unless tokens come back (JSON)")
     p.add_argument("--url", required=True, type=_base_url)
     p.add_argument("--env-file", help="read VLLM_API_KEY from this file (the instance's 0600 env file)")

@@ -55,11 +55,15 @@ def test_the_verify_entry_point_accepts_every_record_the_instance_model_writes()
     assert set(instances[0]["record"]) <= set(spec["vllm_server_verify_instances"]["options"])
 
 
-def test_restart_role_knows_every_cause_of_the_diagnosis():
-    """The scheduled_restart role checks vllm_restart_causes against a copy of the cause ids."""
+@pytest.mark.parametrize("role, ids_var, causes_var", [
+    ("scheduled_restart", "__scheduled_restart_cause_ids", "vllm_restart_causes"),
+    ("monitor", "__monitor_cause_ids", "vllm_monitor_watchdog_causes")])
+def test_roles_know_every_cause_of_the_diagnosis(role, ids_var, causes_var):
+    """The scheduled_restart and monitor roles check the causes a restart cures (the guard's,
+    the watchdog's) against a copy of the cause ids."""
     from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import CAUSE_IDS
-    with open(os.path.join(ROLES, "scheduled_restart", "vars", "main.yml")) as f:
-        ids = yaml.safe_load(f)["__scheduled_restart_cause_ids"]
+    with open(os.path.join(ROLES, role, "vars", "main.yml")) as f:
+        ids = yaml.safe_load(f)[ids_var]
     assert ids == list(CAUSE_IDS)
-    with open(os.path.join(ROLES, "scheduled_restart", "defaults", "main.yml")) as f:
-        assert set(yaml.safe_load(f)["vllm_restart_causes"]) <= set(CAUSE_IDS)
+    with open(os.path.join(ROLES, role, "defaults", "main.yml")) as f:
+        assert set(yaml.safe_load(f)[causes_var]) <= set(CAUSE_IDS)

@@ -26,6 +26,7 @@ UNITS = {
     # 1.2 before memory_growth made it read the vLLM processes' /proc/<pid>/status (ProtectProc=default)
     "kvfleet-vllm-monitor.service": ("monitor", "monitor.service.j2", 1.4),
     "kvfleet-vllm-restart.service": ("scheduled_restart", "restart.service.j2", 1.8),
+    "kvfleet-vllm-watchdog.service": ("monitor", "watchdog.service.j2", 1.8),
 }
 
 
