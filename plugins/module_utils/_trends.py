@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-__all__ = ["TREND_IDS", "DEFAULTS", "persisting_causes", "sustained_causes", "trends"]
+__all__ = ["TREND_IDS", "DEFAULTS", "history_series", "persisting_causes", "sustained_causes", "trends"]
 
 TREND_IDS = ("usage_falling_rate_steady",)
 DEFAULTS = {"min_points": 10, "usage_drop": 0.1, "rate_tolerance": 0.2, "sustained_share": 0.8}
@@ -97,3 +97,28 @@ def persisting_causes(history, now, causes, for_seconds, stale_seconds=None):
             if persisted >= for_seconds:
                 found[cause] = round(persisted, 1)
     return found
+
+
+def _finite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def history_series(history, limit=60):
+    """The newest `limit` monitor lines of one instance as compact points for charts: {'t', 'kv'
+    (usage 0..1), 'running', 'waiting', 'tokens_per_s' (generated), 'ttft_p90' (seconds), 'error'
+    (bool)}; absent values are None, never 0."""
+    out = []
+    for h in history[-int(limit):]:
+        if not isinstance(h, dict) or _finite(h.get("time")) is None:
+            continue
+        rates = h.get("rates") if isinstance(h.get("rates"), dict) else {}
+        lat = h.get("latency") if isinstance(h.get("latency"), dict) else {}
+        ttft = lat.get("ttft") if isinstance(lat.get("ttft"), dict) else {}
+        out.append({"t": h["time"], "kv": _finite(h.get("kv_cache_usage")),
+                    "running": _finite(h.get("requests_running")),
+                    "waiting": _finite(h.get("requests_waiting")),
+                    "tokens_per_s": _finite(rates.get("generation_tokens_per_s")),
+                    "ttft_p90": _finite(ttft.get("p90")), "error": bool(h.get("error"))})
+    return out

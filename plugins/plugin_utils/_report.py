@@ -2,12 +2,13 @@
 # Copyright (c) kvfleet.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The fleet tables of kvfleet.vllm.diagnose and kvfleet.vllm.deploy, as plain text lines. Stdlib only."""
+"""The fleet tables of kvfleet.vllm.diagnose and kvfleet.vllm.deploy, as plain text lines, and the
+diagnose report's charts, as inline SVG. Stdlib only."""
 
 from __future__ import annotations
 
-__all__ = ["COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "deploy_lines", "diagnosis_rows", "kv_sizing",
-           "table_lines"]
+__all__ = ["COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "charts_html", "deploy_lines", "diagnosis_rows",
+           "end_rows", "kv_sizing", "svg_chart", "table_lines"]
 
 COLUMNS = (("HOST", 20), ("INSTANCE", 10), ("VERSION", 9), ("VERDICT", 10), ("CAUSES", 36),
            ("KV%", 6), ("RUN", 5), ("WAIT", 5), ("PREEMPT/s", 9), ("BLOCK", 5), ("TRENDS", 30))
@@ -23,6 +24,23 @@ def _line(columns, cells):
 
 def _field(view, name):
     return (view or {}).get(name)
+
+
+# worst first in the report: the rank the HTML report sorts rows by
+_VERDICT_RANK = {"unhealthy": 2, "degraded": 1, "healthy": 0}
+
+
+def _window(samples):
+    """The gate's samples as the chart points of tasks history_series makes on the host."""
+    out = []
+    for snap in samples or []:
+        if not isinstance(snap, dict) or not isinstance(snap.get("time"), (int, float)):
+            continue
+        out.append({"t": snap["time"], "kv": snap.get("kv_cache_usage"),
+                    "running": snap.get("requests_running"), "waiting": snap.get("requests_waiting"),
+                    "tokens_per_s": _field(snap.get("rates"), "generation_tokens_per_s"),
+                    "ttft_p90": None, "error": bool(snap.get("error"))})
+    return out
 
 
 def diagnosis_rows(gates, host=None, infos=None, gpus=None, monitor=None):
@@ -69,8 +87,89 @@ def diagnosis_rows(gates, host=None, infos=None, gpus=None, monitor=None):
             "trends": found.get("trends") or [],
             "sustained": found.get("sustained") or [],
             "trend_evidence": found.get("trend_evidence") or {},
+            "verdict_rank": _VERDICT_RANK.get(gate.get("verdict"), 3),
+            # what the report's charts draw: the gate's window and the monitor's history
+            "window": _window(gate.get("samples")),
+            "history": [p for p in found.get("series") or [] if isinstance(p, dict)],
         })
     return rows
+
+
+def _esc(text):
+    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;"))
+
+
+def _num(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+        and abs(value) != float("inf")
+
+
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c")
+_W, _H, _PAD = 240, 64, 4
+
+
+def svg_chart(title, points, series, scale=1.0, unit="", y_max=None):
+    """One small line chart as inline SVG (no script, no external asset): points are dicts with
+    't' and the keys of `series` ([(key, label)]); a None value breaks its line, a point with
+    'error' gets a red tick at the bottom. The y axis runs from 0 to y_max (or the largest value)."""
+    pts = [p for p in points if _num(p.get("t"))]
+    values = [p[k] * scale for p in pts for k, _l in series if _num(p.get(k))]
+    top = y_max if y_max is not None else max(values + [0])
+    top = top if top > 0 else 1
+    t0 = min([p["t"] for p in pts] or [0])
+    span = max([p["t"] for p in pts] or [0]) - t0 or 1
+
+    def x(t):
+        return _PAD + (t - t0) / span * (_W - 2 * _PAD)
+
+    def y(v):
+        return _H - _PAD - min(v, top) / top * (_H - 2 * _PAD)
+
+    parts = ['<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%d" height="%d" '
+             'viewBox="0 0 %d %d" role="img" aria-label="%s">' % (_W, _H + 16, _W, _H + 16, _esc(title)),
+             '<rect x="0" y="0" width="%d" height="%d" fill="#fafafa" stroke="#ddd"/>' % (_W, _H)]
+    for colour, (key, _label) in zip(_COLOURS, series):
+        run = []
+        for p in pts + [{"t": None}]:
+            if _num(p.get("t")) and _num(p.get(key)):
+                run.append("%.1f,%.1f" % (x(p["t"]), y(p[key] * scale)))
+                continue
+            if len(run) > 1:
+                parts.append('<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>'
+                             % (colour, " ".join(run)))
+            elif run:
+                cx, cy = run[0].split(",")
+                parts.append('<circle cx="%s" cy="%s" r="2" fill="%s"/>' % (cx, cy, colour))
+            run = []
+    for p in pts:
+        if p.get("error"):
+            parts.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#d62728" stroke-width="2"/>'
+                         % (x(p["t"]), _H - 1, x(p["t"]), _H - 7))
+    legend = " ".join('<tspan fill="%s">&#9632; %s</tspan>' % (c, _esc(label))
+                      for c, (_k, label) in zip(_COLOURS, series))
+    parts.append('<text x="2" y="%d" font-size="10">%s %s (max %s%s)</text>'
+                 % (_H + 12, _esc(title), legend, _esc("%g" % round(top, 2)), _esc(unit)))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def charts_html(row):
+    """The report's charts of one instance: the monitor's history when it has two samples or
+    more, else the gate's window; KV usage, running vs waiting, tokens/s, TTFT p90."""
+    history = row.get("history") or []
+    points = history if len(history) >= 2 else row.get("window") or []
+    if not points:
+        return ""
+    span = (points[-1]["t"] - points[0]["t"]) if len(points) > 1 else 0
+    caption = ("monitor history: %d samples over %.0f min" % (len(points), span / 60.0)
+               if points is history else "gate window: %d samples over %.0f s" % (len(points), span))
+    charts = [svg_chart("KV usage", points, [("kv", "used")], 100, "%", 100),
+              svg_chart("requests", points, [("running", "running"), ("waiting", "waiting")]),
+              svg_chart("tokens/s", points, [("tokens_per_s", "generated")])]
+    if any(_num(p.get("ttft_p90")) for p in points):
+        charts.append(svg_chart("TTFT p90", points, [("ttft_p90", "p90")], 1, " s"))
+    return '<div class="charts"><div class="caption">%s</div>%s</div>' % (_esc(caption), "".join(charts))
 
 
 def table_lines(rows):

@@ -48,7 +48,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # no
     sample_until_decided, scrub, unreachable_snapshot, with_deadline)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._textfile import render  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import (  # noqa: E402
-    persisting_causes, sustained_causes, trends)
+    history_series, persisting_causes, sustained_causes, trends)
 
 # journald reads a "<N>" prefix as the syslog priority of the line
 ERR, WARNING, INFO = "<3>", "<4>", "<6>"
@@ -664,7 +664,9 @@ def trends_report(args):
             continue
         out[inst["name"]] = {"points": len(past), "sustained": sustained,
                              "trends": sorted(t for t, v in found.items() if v),
-                             "trend_evidence": dict((t, v) for t, v in found.items() if v)}
+                             "trend_evidence": dict((t, v) for t, v in found.items() if v),
+                             # the diagnose report's charts of the monitor history
+                             "series": history_series(past, int(cfg.get("trend_points", 60)))}
     json.dump(out, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0

@@ -79,3 +79,62 @@ def test_rows_are_the_same_from_a_host_loop_and_from_targets():
     assert fleet[0]["version"] == "0.32.0" and fleet[0]["preemptions_per_s"] == 0.0
     assert fleet[1]["error"].startswith("cannot read") and fleet[1]["version"] is None
     assert per_host[0]["gpus"] == 0 and fleet[0]["gpus"] is None
+
+
+def test_svg_chart_is_well_formed_and_breaks_lines_at_gaps():
+    import xml.etree.ElementTree as ET
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import svg_chart
+    pts = [{"t": 0, "kv": 0.1, "w": 1}, {"t": 10, "kv": 0.5, "w": None}, {"t": 20, "kv": None, "w": 3},
+           {"t": 30, "kv": 0.9, "w": 4, "error": True}, {"t": "x", "kv": 1}]
+    svg = svg_chart("KV <usage>", pts, [("kv", "used"), ("w", "waiting")], 100, "%", 100)
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    lines = root.findall(ns + "polyline")
+    # kv: 0-10 is a line, 30 a lone point; w: 20-30 is a line, 0 a lone point
+    assert [ln.get("stroke") for ln in lines] == ["#1f77b4", "#d62728"]
+    assert len(lines[0].get("points").split()) == 2 and len(root.findall(ns + "circle")) == 2
+    # the sample with an error gets a red tick; the title is escaped
+    assert len(root.findall(ns + "line")) == 1
+    assert root.get("aria-label") == "KV <usage>" and "max 100%" in "".join(root.itertext())
+    # y runs 0..y_max: 0.9 x 100 of 100 is near the top, 0.1 near the bottom
+    ys = [float(p.split(",")[1]) for p in lines[0].get("points").split()]
+    assert ys[0] > ys[1]
+
+
+def test_svg_chart_without_values():
+    import xml.etree.ElementTree as ET
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import svg_chart
+    root = ET.fromstring(svg_chart("tokens/s", [{"t": 1, "tok": None}], [("tok", "generated")]))
+    assert root.findall("{http://www.w3.org/2000/svg}polyline") == []
+
+
+def test_charts_prefer_the_monitor_history_and_rank_rows_worst_first():
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import charts_html, diagnosis_rows
+    samples = [{"time": 100.0 + 2 * i, "kv_cache_usage": 0.2, "requests_running": 2, "requests_waiting": 5,
+                "rates": {"generation_tokens_per_s": 40.0}} for i in range(3)]
+    series = [{"t": 60.0 * i, "kv": 0.1 * i, "running": 1, "waiting": 0, "tokens_per_s": 10.0,
+               "ttft_p90": 0.05, "error": False} for i in range(5)]
+    rows = diagnosis_rows([{"item": {"name": "main"}, "verdict": "degraded", "samples": samples},
+                           {"item": {"name": "b"}, "verdict": "healthy", "samples": samples},
+                           {"item": {"name": "c"}, "verdict": "unhealthy", "samples": [{"time": 1.0, "error": "refused"}]}],
+                          host="h", monitor={"main": {"series": series}})
+    assert [r["verdict_rank"] for r in rows] == [1, 0, 2]
+    assert len(rows[0]["history"]) == 5 and len(rows[1]["window"]) == 3 and rows[1]["history"] == []
+    with_history, with_window, down = (charts_html(r) for r in rows)
+    assert "monitor history: 5 samples over 4 min" in with_history and with_history.count("<svg") == 4
+    assert "gate window: 3 samples over 4 s" in with_window and with_window.count("<svg") == 3
+    assert "gate window: 1 samples" in down and "stroke=\"#d62728\" stroke-width=\"2\"" in down
+    assert charts_html({"window": [], "history": []}) == ""
+
+
+def test_history_series_from_monitor_lines():
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import history_series
+    lines = [{"time": 1.0, "kv_cache_usage": 0.5, "requests_running": 2, "requests_waiting": 0,
+              "rates": {"generation_tokens_per_s": 12.5}, "latency": {"ttft": {"p90": 0.2}}},
+             {"time": 2.0, "error": "refused", "rates": None, "latency": "x"},
+             {"time": float("nan")}, "junk", {"time": 3.0, "kv_cache_usage": float("inf"), "requests_running": True}]
+    assert history_series(lines) == [
+        {"t": 1.0, "kv": 0.5, "running": 2, "waiting": 0, "tokens_per_s": 12.5, "ttft_p90": 0.2, "error": False},
+        {"t": 2.0, "kv": None, "running": None, "waiting": None, "tokens_per_s": None, "ttft_p90": None, "error": True},
+        {"t": 3.0, "kv": None, "running": None, "waiting": None, "tokens_per_s": None, "ttft_p90": None, "error": False}]
+    assert len(history_series([{"time": float(i)} for i in range(100)], limit=60)) == 60
