@@ -26,7 +26,8 @@ _GAUGES = (
     ("kvfleet_vllm_generation_tokens_rate", "Tokens generated per second since the previous sample.", ("rates", "generation_tokens_per_s")),
     ("kvfleet_vllm_preemption_rate", "Preemptions per second since the previous sample.", ("rates", "preemptions_per_s")),
     ("kvfleet_vllm_unit_restarts", "Restarts systemd made of the instance since its last requested start (NRestarts).", ("snap", "unit_restarts")),
-    ("kvfleet_vllm_memory_rss_bytes", "Resident memory of every process of the instance's unit (VmRSS; memory_growth reads its history).", ("unit_memory", "rss_bytes")),
+    ("kvfleet_vllm_memory_rss_bytes", "Resident memory of the instance's server and its engine cores (VmRSS).",
+     ("unit_memory", "rss_bytes")),
 )
 
 
