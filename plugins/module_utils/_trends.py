@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["TREND_IDS", "DEFAULTS", "history_series", "persisting_causes", "sustained_causes", "trends"]
 
 TREND_IDS = ("usage_falling_rate_steady",)
@@ -102,7 +104,7 @@ def persisting_causes(history, now, causes, for_seconds, stale_seconds=None):
 def _finite(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return value if value == value and abs(value) != float("inf") else None
+    return value if math.isfinite(value) else None
 
 
 def history_series(history, limit=60):

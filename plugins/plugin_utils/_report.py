@@ -7,6 +7,8 @@ diagnose report's charts, as inline SVG. Stdlib only."""
 
 from __future__ import annotations
 
+import math
+
 __all__ = ["COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "charts_html", "deploy_lines", "diagnosis_rows",
            "end_rows", "kv_sizing", "svg_chart", "table_lines"]
 
@@ -101,8 +103,7 @@ def _esc(text):
 
 
 def _num(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
-        and abs(value) != float("inf")
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c")
