@@ -63,12 +63,21 @@ class CallbackModule(CallbackBase):
         except Exception:  # pylint: disable=broad-except
             self._order = []   # the report then lists hosts as their lines arrived
 
+    # ansible-core 2.19 and later name them host, task and result (the underscored names are to go
+    # in 2.23); 2.17 and 2.18 have only the underscored ones
+    @staticmethod
+    def _parts(result):
+        if hasattr(result, "result"):
+            return result.host, result.task, result.result
+        return result._host, result._task, result._result
+
     def _host(self, result):
-        return result._host.get_name()
+        return self._parts(result)[0].get_name()
 
     def v2_runner_on_ok(self, result):
-        facts = result._result.get("ansible_facts") or {}
-        if result._task.delegate_to and result._task.delegate_facts:
+        _host, task, res = self._parts(result)
+        facts = res.get("ansible_facts") or {}
+        if task.delegate_to and task.delegate_facts:
             return
         host = self._host(result)
         if isinstance(facts.get("_vllm_deploy"), dict):
@@ -84,12 +93,13 @@ class CallbackModule(CallbackBase):
         if ignore_errors:
             return
         # a rescued failure is overwritten by the host's finished line; keep the first
-        self._failures.setdefault(self._host(result), "%s: %s" % (
-            result._task.get_name(), str(result._result.get("msg") or "")[:500]))
+        _host, task, res = self._parts(result)
+        self._failures.setdefault(self._host(result), "%s: %s" % (task.get_name(), str(res.get("msg") or "")[:500]))
 
     def v2_runner_on_unreachable(self, result):
+        _host, task, res = self._parts(result)
         self._unreachable[self._host(result)] = "unreachable at %s: %s" % (
-            result._task.get_name(), str(result._result.get("msg") or "")[:500])
+            task.get_name(), str(res.get("msg") or "")[:500])
 
     def v2_playbook_on_stats(self, stats):
         self._finish(interrupted=False)

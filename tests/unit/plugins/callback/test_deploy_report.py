@@ -31,10 +31,15 @@ class _Display:
         self.lines.append("WARNING " + msg)
 
 
-def _result(host, facts=None, task="t", msg=None):
-    return SimpleNamespace(_host=SimpleNamespace(get_name=lambda: host),
-                           _task=SimpleNamespace(get_name=lambda: task, delegate_to=None, delegate_facts=None),
-                           _result={"ansible_facts": facts or {}, "msg": msg})
+def _result(host, facts=None, task="t", msg=None, public=True):
+    """A callback's task result: with the public names of ansible-core 2.19+, or only the
+    underscored ones of 2.17 and 2.18."""
+    parts = (SimpleNamespace(get_name=lambda: host),
+             SimpleNamespace(get_name=lambda: task, delegate_to=None, delegate_facts=None),
+             {"ansible_facts": facts or {}, "msg": msg})
+    if public:
+        return SimpleNamespace(host=parts[0], task=parts[1], result=parts[2])
+    return SimpleNamespace(_host=parts[0], _task=parts[1], _result=parts[2])
 
 
 @pytest.fixture
@@ -98,7 +103,7 @@ def test_refusal_in_the_checks_is_reported(callback, tmp_path):
     cb = callback
     for h in ("n1", "n2"):
         cb.v2_runner_on_ok(_result(h, {"_vllm_deploy": _row(h), "_vllm_deploy_report_dir": str(tmp_path)}))
-    cb.v2_runner_on_failed(_result("n2", task="Assert the model", msg="no model at /srv/m"))
+    cb.v2_runner_on_failed(_result("n2", task="Assert the model", msg="no model at /srv/m", public=False))
     cb.v2_playbook_on_stats(None)
     report = json.loads((tmp_path / "kvfleet-vllm-deploy.json").read_text())
     assert report["ended"] == "stopped early"
@@ -109,7 +114,7 @@ def test_refusal_in_the_checks_is_reported(callback, tmp_path):
 def test_unreachable_canary_is_named(callback, tmp_path):
     cb = callback
     cb.v2_runner_on_ok(_result("n1", {"_vllm_deploy": _row("n1", 1), "_vllm_deploy_report_dir": str(tmp_path)}))
-    cb.v2_runner_on_ok(_result("n1", {"_vllm_deploy_stage": "change"}))
+    cb.v2_runner_on_ok(_result("n1", {"_vllm_deploy_stage": "change"}, public=False))
     cb.v2_runner_on_unreachable(_result("n1", task="Install vLLM", msg="ssh: timed out"))
     cb.v2_playbook_on_stats(None)
     host = json.loads((tmp_path / "kvfleet-vllm-deploy.json").read_text())["hosts"][0]
