@@ -17,6 +17,8 @@ it is decided.
 
 from __future__ import annotations
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import fitted_slope
+
 __all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "MEMORY_GROWTH", "MIN_RESTARTS", "VERDICTS",
            "add_rates", "cause_advice", "diagnose", "memory_growth", "since_last_down", "unit_restarts"]
 
@@ -667,11 +669,9 @@ def memory_growth(points, settings=None):
     span = times[-1] - times[0]
     if span < cfg["min_seconds"]:
         return None
-    n = float(len(times))
-    mt, mr = sum(times) / n, sum(rss) / n
-    var = sum((t - mt) ** 2 for t in times)
-    slope = sum((t - mt) * (r - mr) for t, r in zip(times, rss)) / var if var else 0.0
-    start = mr - slope * (mt - times[0])      # the fitted resident memory at the first sample
+    slope = fitted_slope(times, rss)
+    # the fitted resident memory at the first sample (the fit runs through the means)
+    start = sum(rss) / len(rss) - slope * (sum(times) / len(times) - times[0])
     grown = slope * span
     half = len(rss) // 2
     early, late = sum(rss[:half]) / half, sum(rss[half:]) / (len(rss) - half)

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["TREND_IDS", "DEFAULTS", "history_series", "persisting_causes", "sustained_causes", "trends"]
+__all__ = ["TREND_IDS", "DEFAULTS", "finite", "fitted_slope", "history_series", "persisting_causes",
+           "sustained_causes", "trends"]
 
 TREND_IDS = ("usage_falling_rate_steady",)
 DEFAULTS = {"min_points": 10, "usage_drop": 0.1, "rate_tolerance": 0.2, "sustained_share": 0.8}
 
 
-def _slope(xs, ys):
+def fitted_slope(xs, ys):
+    """Least-squares slope of ys over xs (0 when the xs do not vary)."""
     n = float(len(xs))
     mx, my = sum(xs) / n, sum(ys) / n
     var = sum((x - mx) ** 2 for x in xs)
@@ -45,7 +47,7 @@ def trends(history, settings=None):
     usage = [p[1] for p in rated]
     rates = [p[2] for p in rated]
     span = times[-1] - times[0]
-    slope = _slope(times, usage)
+    slope = fitted_slope(times, usage)
     drop = -slope * span
     half = len(rates) // 2
     early, late = sum(rates[:half]) / half, sum(rates[half:]) / (len(rates) - half)
@@ -101,7 +103,8 @@ def persisting_causes(history, now, causes, for_seconds, stale_seconds=None):
     return found
 
 
-def _finite(value):
+def finite(value):
+    """value when it is a finite number (not a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return value if math.isfinite(value) else None
@@ -113,14 +116,14 @@ def history_series(history, limit=60):
     (bool)}; absent values are None, never 0."""
     out = []
     for h in history[-int(limit):]:
-        if not isinstance(h, dict) or _finite(h.get("time")) is None:
+        if not isinstance(h, dict) or finite(h.get("time")) is None:
             continue
         rates = h.get("rates") if isinstance(h.get("rates"), dict) else {}
         lat = h.get("latency") if isinstance(h.get("latency"), dict) else {}
         ttft = lat.get("ttft") if isinstance(lat.get("ttft"), dict) else {}
-        out.append({"t": h["time"], "kv": _finite(h.get("kv_cache_usage")),
-                    "running": _finite(h.get("requests_running")),
-                    "waiting": _finite(h.get("requests_waiting")),
-                    "tokens_per_s": _finite(rates.get("generation_tokens_per_s")),
-                    "ttft_p90": _finite(ttft.get("p90")), "error": bool(h.get("error"))})
+        out.append({"t": h["time"], "kv": finite(h.get("kv_cache_usage")),
+                    "running": finite(h.get("requests_running")),
+                    "waiting": finite(h.get("requests_waiting")),
+                    "tokens_per_s": finite(rates.get("generation_tokens_per_s")),
+                    "ttft_p90": finite(ttft.get("p90")), "error": bool(h.get("error"))})
     return out

@@ -7,7 +7,7 @@ diagnose report's charts, as inline SVG. Stdlib only."""
 
 from __future__ import annotations
 
-import math
+from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import finite, history_series
 
 __all__ = ["COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "charts_html", "deploy_lines", "diagnosis_rows",
            "end_rows", "kv_sizing", "svg_chart", "table_lines"]
@@ -30,19 +30,6 @@ def _field(view, name):
 
 # worst first in the report: the rank the HTML report sorts rows by
 _VERDICT_RANK = {"unhealthy": 2, "degraded": 1, "healthy": 0}
-
-
-def _window(samples):
-    """The gate's samples as the chart points of tasks history_series makes on the host."""
-    out = []
-    for snap in samples or []:
-        if not isinstance(snap, dict) or not isinstance(snap.get("time"), (int, float)):
-            continue
-        out.append({"t": snap["time"], "kv": snap.get("kv_cache_usage"),
-                    "running": snap.get("requests_running"), "waiting": snap.get("requests_waiting"),
-                    "tokens_per_s": _field(snap.get("rates"), "generation_tokens_per_s"),
-                    "ttft_p90": None, "error": bool(snap.get("error"))})
-    return out
 
 
 def diagnosis_rows(gates, host=None, infos=None, gpus=None, monitor=None):
@@ -91,19 +78,19 @@ def diagnosis_rows(gates, host=None, infos=None, gpus=None, monitor=None):
             "trend_evidence": found.get("trend_evidence") or {},
             "verdict_rank": _VERDICT_RANK.get(gate.get("verdict"), 3),
             # what the report's charts draw: the gate's window and the monitor's history
-            "window": _window(gate.get("samples")),
+            "window": history_series(samples, limit=len(samples)),
             "history": [p for p in found.get("series") or [] if isinstance(p, dict)],
         })
     return rows
 
 
+def _is_number(value):
+    return finite(value) is not None
+
+
 def _esc(text):
     return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             .replace('"', "&quot;"))
-
-
-def _num(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c")
@@ -114,8 +101,8 @@ def svg_chart(title, points, series, scale=1.0, unit="", y_max=None):
     """One small line chart as inline SVG (no script, no external asset): points are dicts with
     't' and the keys of `series` ([(key, label)]); a None value breaks its line, a point with
     'error' gets a red tick at the bottom. The y axis runs from 0 to y_max (or the largest value)."""
-    pts = [p for p in points if _num(p.get("t"))]
-    values = [p[k] * scale for p in pts for k, _l in series if _num(p.get(k))]
+    pts = [p for p in points if _is_number(p.get("t"))]
+    values = [p[k] * scale for p in pts for k, _l in series if _is_number(p.get(k))]
     top = y_max if y_max is not None else max(values + [0])
     top = top if top > 0 else 1
     t0 = min([p["t"] for p in pts] or [0])
@@ -133,7 +120,7 @@ def svg_chart(title, points, series, scale=1.0, unit="", y_max=None):
     for colour, (key, _label) in zip(_COLOURS, series):
         run = []
         for p in pts + [{"t": None}]:
-            if _num(p.get("t")) and _num(p.get(key)):
+            if _is_number(p.get("t")) and _is_number(p.get(key)):
                 run.append("%.1f,%.1f" % (x(p["t"]), y(p[key] * scale)))
                 continue
             if len(run) > 1:
@@ -168,7 +155,7 @@ def charts_html(row):
     charts = [svg_chart("KV usage", points, [("kv", "used")], 100, "%", 100),
               svg_chart("requests", points, [("running", "running"), ("waiting", "waiting")]),
               svg_chart("tokens/s", points, [("tokens_per_s", "generated")])]
-    if any(_num(p.get("ttft_p90")) for p in points):
+    if any(_is_number(p.get("ttft_p90")) for p in points):
         charts.append(svg_chart("TTFT p90", points, [("ttft_p90", "p90")], 1, " s"))
     return '<div class="charts"><div class="caption">%s</div>%s</div>' % (_esc(caption), "".join(charts))
 
