@@ -338,6 +338,8 @@ def phase_split(h):
 def restart_all(inv, env):
     """The guide's cron at 04:00: every host restarts at once. Times until each host is back."""
     nodes = ["kvfleet-node1", "kvfleet-node2", "kvfleet-node3"]
+    # each demo host's vLLM binds the host's own address (molecule/fleet/molecule.yml)
+    address = {"kvfleet-node1": "10.88.0.61", "kvfleet-node2": "10.88.0.62", "kvfleet-node3": "10.88.0.63"}
     t0 = time.time()
     subprocess.run(["ansible", "-i", inv, "all", "-f", "10", "-m", "ansible.builtin.systemd_service",
                     "-a", "name=vllm-main.service state=restarted"], env=env, check=True,
@@ -347,7 +349,7 @@ def restart_all(inv, env):
         for node in nodes:
             if node not in back:
                 rc = subprocess.run(["podman", "exec", node, "python3", "-c",
-                                     "import urllib.request;urllib.request.urlopen('http://127.0.0.2:8000/health',timeout=2)"],
+                                     "import urllib.request;urllib.request.urlopen('http://%s:8000/health',timeout=2)" % address[node]],
                                     capture_output=True, check=False).returncode
                 if rc == 0:
                     back[node] = time.time() - t0

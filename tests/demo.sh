@@ -37,7 +37,7 @@ case "${1:-up}" in
     say "5/5 ansible-playbook kvfleet.vllm.diagnose"
     molecule_fleet side-effect
     say "report: $KVFLEET_DEMO_REPORT/kvfleet-vllm-diagnosis.html (and .json)"
-    say "try: . tests/hosts/env.sh && podman exec kvfleet-node1 kvfleet-vllm gate --url http://127.0.0.2:8000"
+    say "try: . tests/hosts/env.sh && podman exec kvfleet-node1 kvfleet-vllm gate --url http://10.88.0.61:8000"
     say "stop it with: bash tests/demo.sh down"
     ;;
   down)

@@ -14,7 +14,7 @@ t0=$(date +%s)
 # from grabbing the lock mid-test, empty machine-id (made at boot), and an old apt stamp so that
 # cache_valid_time does not skip the first update on an image without package lists.
 mmdebstrap --mode=root --variant=minbase \
-  --include=systemd,systemd-sysv,dbus,python3,python3-venv,python3-apt,python3-packaging,cron,sudo,iproute2,curl,ca-certificates,procps,libnuma1,libgomp1,openssh-server \
+  --include=systemd,systemd-sysv,dbus,python3,python3-venv,python3-apt,python3-packaging,cron,sudo,iproute2,curl,ca-certificates,procps,libnuma1,libgomp1,openssh-server,prometheus-node-exporter \
   --aptopt='Acquire::Retries "3"' \
   --customize-hook='mkdir -p "$1/usr/local/share/ca-certificates"' \
   --customize-hook='cp /usr/local/share/ca-certificates/*.crt "$1/usr/local/share/ca-certificates/" 2>/dev/null || true' `# none to copy is fine` \
@@ -25,6 +25,8 @@ mmdebstrap --mode=root --variant=minbase \
   `# (the scenarios' connection_options); the host keys are made once, in the image` \
   --customize-hook='chroot "$1" systemctl disable ssh.service ssh.socket' \
   --customize-hook='chroot "$1" ssh-keygen -A >/dev/null' \
+  `# node_exporter serves the monitor's textfiles to the fleet scenario's Prometheus (port 9100)` \
+  --customize-hook='chroot "$1" systemctl enable prometheus-node-exporter.service' \
   --customize-hook=': > "$1/etc/machine-id"' \
   --customize-hook='mkdir -p "$1/var/lib/apt/periodic" && touch -d @0 "$1/var/lib/apt/periodic/update-success-stamp"' \
   bookworm - "$mirror" \

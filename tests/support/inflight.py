@@ -7,7 +7,7 @@ https: INFLIGHT_CA (the CA file), INFLIGHT_CERT and INFLIGHT_KEY (a client certi
 the environment.
 Prints one JSON object: counts of complete (HTTP 200, finish_reason length, all tokens),
 truncated (HTTP 200 but aborted or short: what a naive client takes for success) and failed.
-Bounded: N requests, loopback only, 300 s timeout each.
+Bounded: N requests to one server (run it on that server's host), 300 s timeout each.
 """
 import json
 import os
