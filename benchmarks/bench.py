@@ -338,8 +338,10 @@ def phase_split(h):
 def restart_all(inv, env):
     """The guide's cron at 04:00: every host restarts at once. Times until each host is back."""
     nodes = ["kvfleet-node1", "kvfleet-node2", "kvfleet-node3"]
-    # each demo host's vLLM binds the host's own address (molecule/fleet/molecule.yml)
-    address = {"kvfleet-node1": "10.88.0.61", "kvfleet-node2": "10.88.0.62", "kvfleet-node3": "10.88.0.63"}
+    # each host's probe URL from its deployment record (the one instance model), not a copy of
+    # the scenario's addresses
+    probe = ("import json,urllib.request;r=json.load(open('/etc/ansible/facts.d/kvfleet_vllm_server.fact'));"
+             "urllib.request.urlopen(r['current']['instances'][0]['url']+'/health',timeout=2)")
     t0 = time.time()
     subprocess.run(["ansible", "-i", inv, "all", "-f", "10", "-m", "ansible.builtin.systemd_service",
                     "-a", "name=vllm-main.service state=restarted"], env=env, check=True,
@@ -348,8 +350,7 @@ def restart_all(inv, env):
     while len(back) < len(nodes) and time.time() - t0 < 600:
         for node in nodes:
             if node not in back:
-                rc = subprocess.run(["podman", "exec", node, "python3", "-c",
-                                     "import urllib.request;urllib.request.urlopen('http://%s:8000/health',timeout=2)" % address[node]],
+                rc = subprocess.run(["podman", "exec", node, "python3", "-c", probe],
                                     capture_output=True, check=False).returncode
                 if rc == 0:
                     back[node] = time.time() - t0
