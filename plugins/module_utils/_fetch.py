@@ -10,6 +10,7 @@ followed, one deadline covers the whole request, the body is capped at max_body_
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -137,3 +138,57 @@ def make_fetcher(module, target=None):
             return Response(None, b"", scrub("%s: %s" % (type(exc).__name__, to_native(exc))))
 
     return fetch
+
+
+def _post(url, **kwargs):
+    return Request().open("POST", url, **kwargs)
+
+
+def make_poster(module):
+    """post(path, body dict) -> Response: a JSON POST to the module's url with its connection
+    options, bounded like fetch (one deadline, capped body, no redirect followed)."""
+    params = module.params
+    headers = {"Accept": "application/json, text/plain", "Content-Type": "application/json"}
+    if params.get("api_key"):
+        headers["Authorization"] = "Bearer %s" % params["api_key"]
+    base = params["url"].rstrip("/")
+    timeout, limit = params["timeout"], params["max_body_bytes"]
+
+    def post(path, body):
+        deadline = time.monotonic() + timeout
+        data = json.dumps(body).encode("utf-8")
+
+        def work():
+            resp = _post(base + path, data=data, headers=headers, timeout=timeout,
+                         validate_certs=params["validate_certs"], ca_path=params.get("ca_path"),
+                         client_cert=params.get("client_cert"), client_key=params.get("client_key"),
+                         follow_redirects="none", decompress=False, http_agent="kvfleet.vllm",
+                         context=_context(params))
+            try:
+                return Response(resp.getcode(), read_body(resp, limit, deadline))
+            finally:
+                resp.close()
+
+        try:
+            return with_deadline(work, timeout)
+        except HTTPError as exc:
+            # vLLM answers errors with a JSON body ({"error": {"message": ...}}): keep it
+            try:
+                body_text = read_body(exc, limit, deadline)
+            except Exception:  # an unreadable error body: the reason alone
+                body_text = b""
+            _close(exc)
+            if 300 <= exc.code < 400:
+                return Response(exc.code, b"", redirect_refused((exc.headers or {}).get("Location")))
+            return Response(exc.code, body_text, scrub(to_native(exc.reason)))
+        except URLError as exc:
+            return Response(None, b"", scrub(to_native(exc.reason)))
+        except (socket.timeout, TimeoutError, DeadlineExceeded):
+            return Response(None, b"", "timed out after %ss (one deadline for the whole request)"
+                            % timeout)
+        except FetchError as exc:
+            return Response(None, b"", str(exc))
+        except Exception as exc:  # reset, bad status line: report, never crash
+            return Response(None, b"", scrub("%s: %s" % (type(exc).__name__, to_native(exc))))
+
+    return post

@@ -199,6 +199,19 @@ def _version(rec):
     return "%s (%s)" % (rec["version"], rec["config"]) if rec.get("config") else rec["version"]
 
 
+def _staged(staged):
+    """The staging step's words for a host's line (tasks/model.yml's _server_model_staged)."""
+    if not isinstance(staged, dict) or not staged.get("copied"):
+        return ""
+    try:
+        size = "%.1f MiB" % (float(staged.get("bytes") or 0) / 1048576)
+        took = " in %.1f s" % float(staged["seconds"]) if staged.get("seconds") not in (None, "") else ""
+    except (TypeError, ValueError):
+        size, took = "? MiB", ""
+    verb = "would stage" if str(staged.get("check_mode")).lower() == "true" else "staged"
+    return "%s %s (%s files, %s%s)" % (verb, staged.get("label") or "the model", staged.get("files", "?"), size, took)
+
+
 def deploy_lines(rows):
     """rows: {'host', 'batch', 'before', 'after', 'outcome', 'seconds', 'detail', 'drained'} per
     host, where before/after are deployment records ({'version', 'config'}) -> header, lines,
@@ -212,6 +225,9 @@ def deploy_lines(rows):
         warned = [z["warning"] for z in r.get("sizing") or [] if z.get("warning")]
         if warned and outcome in _SERVING:
             detail = "; ".join(warned)
+        staged = _staged(r.get("staged"))
+        if staged:
+            detail = staged if detail == "-" else "%s; %s" % (staged, detail)
         if r.get("drained"):
             detail = "LEFT DRAINED. " + detail
         out.append(_line(DEPLOY_COLUMNS, [

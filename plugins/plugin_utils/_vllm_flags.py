@@ -98,6 +98,47 @@ def _bool(value, _ver, _dev):
     return value, None
 
 
+# --max-lora-rank: 0.8.0-0.10.0 check 8 ... 512 in LoRAConfig at start-up (vllm/config.py); 0.32.0
+# makes them argparse choices and adds 1 (vllm/config/lora.py MaxLoRARanks). Between 0.10.0 and
+# 0.32.0 rank 1 is not known to this table: the installed vLLM's flag manifest decides there.
+_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+_LORA_RANKS_032 = (1,) + _LORA_RANKS
+
+
+def _lora_rank(value, version, _dev):
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    allowed = _LORA_RANKS_032 if version >= (0, 32) else _LORA_RANKS
+    if not _is_int(value) or value not in allowed:
+        return None, "must be one of %s" % ", ".join(str(a) for a in allowed)
+    return str(value), None
+
+
+_LORA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _lora_modules(value, _ver, _dev):
+    """[{name, path}] or ["name=path"] -> ["name=path", ...]: vLLM reads an item with a comma
+    as JSON and splits the old form at '=' (vllm/entrypoints/*cli_args.py LoRAParserAction)."""
+    if not isinstance(value, list) or not value:
+        return None, "must be a non-empty list of {name, path}"
+    out = []
+    for item in value:
+        if isinstance(item, str) and "=" in item:
+            name, _eq, path = item.partition("=")
+        elif isinstance(item, dict) and set(item) <= {"name", "path"}:
+            name, path = item.get("name"), item.get("path")
+        else:
+            return None, "each item must be {name, path} or name=path, got %r" % (item,)
+        if not isinstance(name, str) or not _LORA_NAME.match(name):
+            return None, ("an adapter name must be 1-100 letters, digits, '.', '_' or '-', got %r"
+                          % (name,))
+        if not isinstance(path, str) or not re.match(r"^/[A-Za-z0-9._/+@:-]*$", path):
+            return None, "the path of adapter %s must be an absolute path without spaces or commas" % name
+        out.append("%s=%s" % (name, path))
+    return out, None
+
+
 # The parser's choices (vllm/engine/arg_utils.py, vllm/config*.py BlockSize): 0.8.0 lists
 # 8-128; 0.8.5-0.11.0 Literal[1 ... 128]; 0.11.1-0.17 add 256 (vllm/config/cache.py 0.11.1,
 # tools/flag_table.py); from 0.18 any positive integer
@@ -221,6 +262,14 @@ OPTIONS = (
     ("ssl_certfile", dict(flag="--ssl-certfile", check=_string)),
     ("ssl_ca_certs", dict(flag="--ssl-ca-certs", check=_string)),
     ("ssl_cert_reqs", dict(flag="--ssl-cert-reqs", check=_int(0, 2))),
+    # LoRA (docs/models.md): all in vllm/engine/arg_utils.py and the --lora-modules action of
+    # entrypoints/openai/cli_args.py from 0.6.0 to 0.32.0 (vllm/entrypoints/launchers/cli_args.py)
+    ("enable_lora", dict(flag="--enable-lora", check=_bool)),
+    ("max_loras", dict(flag="--max-loras", check=_int(1))),
+    ("max_lora_rank", dict(flag="--max-lora-rank", check=_lora_rank)),
+    ("max_cpu_loras", dict(flag="--max-cpu-loras", check=_int(1))),
+    ("fully_sharded_loras", dict(flag="--fully-sharded-loras", check=_bool)),
+    ("lora_modules", dict(flag="--lora-modules", check=_lora_modules)),
     ("uvicorn_log_level", dict(flag="--uvicorn-log-level",
                                check=_choice("critical", "error", "warning", "info", "debug",
                                              "trace"))),
@@ -433,6 +482,8 @@ def render(config, version, device="cuda", var_prefix="", context="", manifest=N
                     words = spec.get("negative_before") or []
         elif rendered is True:
             words = [spec["flag"]]
+        elif isinstance(rendered, list):
+            words = [spec["flag"]] + rendered   # nargs='+'
         else:
             words = [spec["flag"], rendered]
         if flags is not None:
@@ -440,7 +491,7 @@ def render(config, version, device="cuda", var_prefix="", context="", manifest=N
             if entry is None:
                 rejected(label, "the flag manifest has no %s" % spec["flag"])
                 continue
-            if rendered not in (True, False):
+            if rendered not in (True, False) and not isinstance(rendered, list):
                 choice = _choice_problem(entry, rendered)
                 if choice:
                     fail(key, "%r is not valid for vLLM %s: %s" % (value, version, choice))

@@ -42,7 +42,8 @@ class VllmServer(object):
     """A vLLM OpenAI server process; `with VllmServer(...) as srv:` waits until healthy."""
 
     def __init__(self, kv_bytes=8 * 1024 * 1024, max_num_seqs=16, max_model_len=1024,
-                 block_size=32, extra=(), port=None, start_timeout=240, host="127.0.0.1"):
+                 block_size=32, extra=(), port=None, start_timeout=240, host="127.0.0.1",
+                 environment=None):
         self.port = port or free_port()
         self.host = host   # any of 127.0.0.0/8: a bind that 127.0.0.1 does not reach
         self.url = "http://%s:%d" % (host, self.port)
@@ -55,6 +56,7 @@ class VllmServer(object):
                      "--block-size", str(block_size), "--enable-prefix-caching",
                      "--kv-cache-memory-bytes", str(kv_bytes), "--enforce-eager"] + list(extra)
         self.start_timeout = start_timeout
+        self.environment = dict(environment or {})
         self.proc = None
         self.startup_seconds = None
 
@@ -64,6 +66,7 @@ class VllmServer(object):
                     "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": os.path.join(self.workdir, "cache"),
                     "TORCHINDUCTOR_CACHE_DIR": os.path.join(self.workdir, "inductor"),
                     "VLLM_RPC_BASE_PATH": self.workdir, "OMP_NUM_THREADS": "1"})
+        env.update(self.environment)
         return env
 
     def start(self):

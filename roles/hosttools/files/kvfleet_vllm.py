@@ -263,9 +263,16 @@ def journal_tail(unit, since=None, lines=15, scan=400):
     out = subprocess.run(["journalctl", "-u", unit, "-n", str(scan), "--no-pager", "-o", "cat"] + window,
                          capture_output=True, text=True, check=False).stdout.splitlines()
     errors = [line for line in out if re.search(r"\b\w*(Error|Exception)\b:|\bERROR\b", line)]
+    # the exceptions raised (ValueError: ...), first seen first: the root cause comes before the
+    # tracebacks of the processes it took down, which would push it out of the last lines
+    raised = []
+    for line in errors:
+        message = re.search(r"\b[A-Z]\w*(Error|Exception): .*", line)
+        if message and " WARNING " not in line and message.group(0) not in raised:
+            raised.append(message.group(0))
     text = "\n".join(out[-lines:])
     if errors:
-        text = "error lines:\n%s\nlast lines:\n%s" % ("\n".join(errors[-8:]), text)
+        text = "error lines:\n%s\nlast lines:\n%s" % ("\n".join(raised[:3] + errors[-5:]), text)
     return text
 
 

@@ -9,7 +9,7 @@ import yaml
 
 ROLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "roles")
 # documented but without a default on purpose: required, or set by the calling role
-NO_DEFAULT = {"server": {"vllm_server_model"}, "hosttools": {"__hosttools_caller"}}
+NO_DEFAULT = {"hosttools": {"__hosttools_caller"}}
 
 
 def load(role, *path):
