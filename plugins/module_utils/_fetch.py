@@ -120,24 +120,31 @@ def make_fetcher(module, target=None):
             finally:
                 resp.close()
 
-        try:
-            return with_deadline(work, timeout)
-        except HTTPError as exc:
-            _close(exc)
-            if 300 <= exc.code < 400:
-                return Response(exc.code, b"", redirect_refused((exc.headers or {}).get("Location")))
-            return Response(exc.code, b"", scrub(to_native(exc.reason)))
-        except URLError as exc:
-            return Response(None, b"", scrub(to_native(exc.reason)))
-        except (socket.timeout, TimeoutError, DeadlineExceeded):
-            return Response(None, b"", "timed out after %ss (one deadline for the whole request)"
-                            % timeout)
-        except FetchError as exc:
-            return Response(None, b"", str(exc))
-        except Exception as exc:  # reset, bad status line: report, never crash
-            return Response(None, b"", scrub("%s: %s" % (type(exc).__name__, to_native(exc))))
+        return _answer(work, timeout)
 
     return fetch
+
+
+def _answer(work, timeout, error_body=None):
+    """Run `work` within `timeout`; every failure becomes a Response that says why.
+    `error_body(exc)`: the body kept from an HTTP error answer (none by default)."""
+    try:
+        return with_deadline(work, timeout)
+    except HTTPError as exc:
+        body = error_body(exc) if error_body and not 300 <= exc.code < 400 else b""
+        _close(exc)
+        if 300 <= exc.code < 400:
+            return Response(exc.code, b"", redirect_refused((exc.headers or {}).get("Location")))
+        return Response(exc.code, body, scrub(to_native(exc.reason)))
+    except URLError as exc:
+        return Response(None, b"", scrub(to_native(exc.reason)))
+    except (socket.timeout, TimeoutError, DeadlineExceeded):
+        return Response(None, b"", "timed out after %ss (one deadline for the whole request)"
+                        % timeout)
+    except FetchError as exc:
+        return Response(None, b"", str(exc))
+    except Exception as exc:  # reset, bad status line: report, never crash
+        return Response(None, b"", scrub("%s: %s" % (type(exc).__name__, to_native(exc))))
 
 
 def _post(url, **kwargs):
@@ -169,26 +176,13 @@ def make_poster(module):
             finally:
                 resp.close()
 
-        try:
-            return with_deadline(work, timeout)
-        except HTTPError as exc:
+        def error_body(exc):
             # vLLM answers errors with a JSON body ({"error": {"message": ...}}): keep it
             try:
-                body_text = read_body(exc, limit, deadline)
+                return read_body(exc, limit, deadline)
             except Exception:  # an unreadable error body: the reason alone
-                body_text = b""
-            _close(exc)
-            if 300 <= exc.code < 400:
-                return Response(exc.code, b"", redirect_refused((exc.headers or {}).get("Location")))
-            return Response(exc.code, body_text, scrub(to_native(exc.reason)))
-        except URLError as exc:
-            return Response(None, b"", scrub(to_native(exc.reason)))
-        except (socket.timeout, TimeoutError, DeadlineExceeded):
-            return Response(None, b"", "timed out after %ss (one deadline for the whole request)"
-                            % timeout)
-        except FetchError as exc:
-            return Response(None, b"", str(exc))
-        except Exception as exc:  # reset, bad status line: report, never crash
-            return Response(None, b"", scrub("%s: %s" % (type(exc).__name__, to_native(exc))))
+                return b""
+
+        return _answer(work, timeout, error_body)
 
     return post

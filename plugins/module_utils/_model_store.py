@@ -186,10 +186,10 @@ def prune_plan(revisions, keep, protect):
     """Which revisions to remove: `keep` are kept, those in `protect` (the revision in use)
     first, then the most recently verified. `revisions` is [(name, verified_time)]."""
     keep = max(int(keep), 1)
-    names = set(name for name, _ in revisions)
+    names = set(item[0] for item in revisions)
     kept = set(protect) & names
     newest = sorted(revisions, key=lambda item: (item[1], item[0]), reverse=True)
-    for name, _ in newest:
+    for name, _when in newest:
         if len(kept) >= keep:
             break
         kept.add(name)

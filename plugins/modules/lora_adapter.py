@@ -97,8 +97,6 @@ actions:
   elements: dict
 """
 
-import json
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
@@ -118,7 +116,7 @@ def main():
         path=dict(type="path"),
         state=dict(type="str", default="present", choices=["present", "absent"]),
         check_prompt=dict(type="str", default="Hello"),
-        check_max_tokens=dict(type="int", default=4),
+        check_max_tokens=dict(type="int", default=4, no_log=False),
     )
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
                            required_if=[("state", "present", ["path"])])

@@ -13,13 +13,13 @@ version_added: 0.4.0
 description:
   - A model (or LoRA adapter) is a pinned artefact, a folder whose every file is listed with its
     sha256 in a manifest (the output of C(sha256sum)).
-  - O(state=info) checks a folder against the manifest and changes nothing (the controller's
+  - O(operation=check) checks a folder against the manifest and changes nothing (the controller's
     source before it is pushed, or a revision already on a host). It also reports the free space
     where the folder is or would be.
-  - O(state=promoted) reads every byte of a staging folder, and only when all files match renames
+  - O(operation=promote) reads every byte of a staging folder, and only when all files match renames
     it to O(path) and stamps it as verified. A staging folder that does not match is removed and
     the module fails naming the files; O(path) is left as it was.
-  - O(state=pruned) removes revisions of a model folder beyond the O(keep) most recently verified,
+  - O(operation=prune) removes revisions of a model folder beyond the O(keep) most recently verified,
     never one listed in O(protect).
   - The C(kvfleet.vllm.server) role uses it to stage models before a deploy drains a host
     (docs/models.md).
@@ -28,46 +28,46 @@ author:
 attributes:
   check_mode:
     support: full
-    description: In check mode O(state=promoted) and O(state=pruned) report what they would do.
+    description: In check mode O(operation=promote) and O(operation=prune) report what they would do.
   diff_mode:
     support: none
     description: Folders of model files are not diffed.
 options:
   path:
     description:
-      - O(state=info) the folder to check; O(state=promoted) the revision folder to create;
-        O(state=pruned) the model's folder, which holds one folder per revision.
+      - O(operation=check) the folder to check; O(operation=promote) the revision folder to create;
+        O(operation=prune) the model's folder, which holds one folder per revision.
     type: path
     required: true
-  state:
+  operation:
     description: What to do.
     type: str
-    choices: [info, promoted, pruned]
-    default: info
+    choices: [check, promote, prune]
+    default: check
   manifest:
     description:
       - The manifest's text, C(sha256sum) lines (C(<sha256>  <relative path>)). Required unless
-        O(state=pruned).
+        O(operation=prune).
       - Paths must stay inside the folder; files the manifest does not list are reported as
         RV(extra) and are not copied into a promoted revision.
     type: str
   verify:
     description:
-      - How O(state=info) checks the files. V(full) reads every byte. V(stamp) trusts the stamp
+      - How O(operation=check) checks the files. V(full) reads every byte. V(stamp) trusts the stamp
         a promotion wrote (same manifest, every file the size it had), and says RV(verified=false)
         for a folder without one.
     type: str
     choices: [full, stamp]
     default: full
   src:
-    description: O(state=promoted) the staging folder, on the same filesystem as O(path).
+    description: O(operation=promote) the staging folder, on the same filesystem as O(path).
     type: path
   keep:
-    description: O(state=pruned) how many verified revisions to keep (at least 1).
+    description: O(operation=prune) how many verified revisions to keep (at least 1).
     type: int
     default: 2
   protect:
-    description: O(state=pruned) revision names never removed (those the units point at).
+    description: O(operation=prune) revision names never removed (those the units point at).
     type: list
     elements: str
     default: []
@@ -86,14 +86,14 @@ EXAMPLES = r"""
 
 - name: Promote the copied revision once every byte matches
   kvfleet.vllm.model_store:
-    state: promoted
+    operation: promote
     src: /var/lib/vllm/models/llama-3-8b/.staging-2024-06-01
     path: /var/lib/vllm/models/llama-3-8b/2024-06-01
     manifest: "{{ lookup('ansible.builtin.file', '/srv/models/llama-3-8b/2024-06-01.sha256') }}"
 
 - name: Keep the two most recent revisions, and whatever a unit still uses
   kvfleet.vllm.model_store:
-    state: pruned
+    operation: prune
     path: /var/lib/vllm/models/llama-3-8b
     keep: 2
     protect: [2024-06-01]
@@ -102,56 +102,56 @@ EXAMPLES = r"""
 RETURN = r"""
 verified:
   description: Every file of the manifest is present, a regular file, and matches (or, with O(verify=stamp), the stamp says so).
-  returned: state is info or promoted
+  returned: operation is check or promote
   type: bool
 exists:
   description: Whether the folder exists.
-  returned: state is info or promoted
+  returned: operation is check or promote
   type: bool
 files:
   description: How many files the manifest lists.
-  returned: state is info or promoted
+  returned: operation is check or promote
   type: int
 bytes:
   description: Total size of the manifest's files found in the folder.
-  returned: state is info or promoted
+  returned: operation is check or promote
   type: int
 missing:
   description: Files of the manifest not found.
-  returned: state is info or promoted
+  returned: operation is check or promote
   type: list
   elements: str
 mismatched:
   description: Files whose sha256 differs from the manifest's.
-  returned: state is info or promoted
+  returned: operation is check or promote
   type: list
   elements: str
 not_regular:
   description: Files of the manifest that are symbolic links, folders or outside the folder.
-  returned: state is info or promoted
+  returned: operation is check or promote
   type: list
   elements: str
 extra:
   description: Files in the folder that the manifest does not list.
-  returned: state is info or promoted
+  returned: operation is check or promote
   type: list
   elements: str
 free_bytes:
   description: Free bytes on the filesystem of O(free_path) (or the nearest folder above it that exists).
-  returned: state is info
+  returned: operation is check
   type: int
 free_path:
   description: The existing folder whose filesystem was measured.
-  returned: state is info
+  returned: operation is check
   type: str
 removed:
   description: Revision folders removed (or that would be, in check mode).
-  returned: state is pruned
+  returned: operation is prune
   type: list
   elements: str
 kept:
   description: Revision folders kept.
-  returned: state is pruned
+  returned: operation is prune
   type: list
   elements: str
 """
@@ -190,7 +190,7 @@ def _info(module, manifest):
 def _promoted(module, manifest):
     path, src = module.params["path"], module.params["src"]
     if not src:
-        module.fail_json(msg="src: state=promoted needs the staging folder")
+        module.fail_json(msg="src: operation=promote needs the staging folder")
     if stamp_ok(path, manifest):
         result = scan(path, manifest, hash_files=False)
         result["verified"] = True
@@ -223,7 +223,7 @@ def _pruned(module):
     if removed and not module.check_mode:
         for name in removed:
             shutil.rmtree(os.path.join(path, name))
-    kept = sorted(name for name, _ in revisions if name not in removed)
+    kept = sorted(item[0] for item in revisions if item[0] not in removed)
     module.exit_json(changed=bool(removed), removed=removed, kept=kept)
 
 
@@ -231,7 +231,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
-            state=dict(type="str", default="info", choices=["info", "promoted", "pruned"]),
+            operation=dict(type="str", default="check", choices=["check", "promote", "prune"]),
             manifest=dict(type="str"),
             verify=dict(type="str", default="full", choices=["full", "stamp"]),
             src=dict(type="path"),
@@ -239,10 +239,10 @@ def main():
             protect=dict(type="list", elements="str", default=[]),
             free_path=dict(type="path"),
         ),
-        required_if=[("state", "info", ["manifest"]), ("state", "promoted", ["manifest", "src"])],
+        required_if=[("operation", "check", ["manifest"]), ("operation", "promote", ["manifest", "src"])],
         supports_check_mode=True,
     )
-    if module.params["state"] == "pruned":
+    if module.params["operation"] == "prune":
         if module.params["keep"] < 1:
             module.fail_json(msg="keep: must be at least 1 (the revision in use), got %d" % module.params["keep"])
         _pruned(module)
@@ -250,7 +250,7 @@ def main():
         manifest = parse_manifest(module.params["manifest"])
     except ManifestError as exc:
         module.fail_json(msg="manifest: %s" % exc)
-    if module.params["state"] == "promoted":
+    if module.params["operation"] == "promote":
         _promoted(module, manifest)
     _info(module, manifest)
 

@@ -98,17 +98,17 @@ def _bool(value, _ver, _dev):
     return value, None
 
 
-# --max-lora-rank: 0.8.0-0.10.0 check 8 ... 512 in LoRAConfig at start-up (vllm/config.py); 0.32.0
-# makes them argparse choices and adds 1 (vllm/config/lora.py MaxLoRARanks). Between 0.10.0 and
-# 0.32.0 rank 1 is not known to this table: the installed vLLM's flag manifest decides there.
+# --max-lora-rank: 0.8.0-0.11.0 check 8 ... 512 in LoRAConfig at start-up (vllm/config.py, a
+# ValueError); from 0.11.1 they are the parser's choices, with 1 added (vllm/config/lora.py
+# MaxLoRARanks; tests/fixtures/vllm_flags/releases.json)
 _LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-_LORA_RANKS_032 = (1,) + _LORA_RANKS
+_LORA_RANKS_0111 = (1,) + _LORA_RANKS
 
 
 def _lora_rank(value, version, _dev):
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
-    allowed = _LORA_RANKS_032 if version >= (0, 32) else _LORA_RANKS
+    allowed = _LORA_RANKS_0111 if version >= (0, 11, 1) else _LORA_RANKS
     if not _is_int(value) or value not in allowed:
         return None, "must be one of %s" % ", ".join(str(a) for a in allowed)
     return str(value), None
@@ -262,8 +262,9 @@ OPTIONS = (
     ("ssl_certfile", dict(flag="--ssl-certfile", check=_string)),
     ("ssl_ca_certs", dict(flag="--ssl-ca-certs", check=_string)),
     ("ssl_cert_reqs", dict(flag="--ssl-cert-reqs", check=_int(0, 2))),
-    # LoRA (docs/models.md): all in vllm/engine/arg_utils.py and the --lora-modules action of
-    # entrypoints/openai/cli_args.py from 0.6.0 to 0.32.0 (vllm/entrypoints/launchers/cli_args.py)
+    # LoRA (docs/models.md): in every release of the table (vllm/engine/arg_utils.py; the
+    # --lora-modules action in the entrypoints' cli_args.py); a real 0.32.0 CPU server serves them
+    # (tests/live/test_lora_live.py)
     ("enable_lora", dict(flag="--enable-lora", check=_bool)),
     ("max_loras", dict(flag="--max-loras", check=_int(1))),
     ("max_lora_rank", dict(flag="--max-lora-rank", check=_lora_rank)),

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write a tiny, deterministic PEFT-format LoRA adapter for the kvfleet tiny Llama.
 
 Usage: make_tiny_lora.py OUTDIR [SEED] [--base BASE_MODEL_DIR] [--rank R]

@@ -30,7 +30,8 @@ RELEASES = DATA["releases"]
 RELEASE_IDS = [r["version"] for r in RELEASES]
 
 # A valid value per option (the check functions accept it on every version and device).
-SAMPLE = dict(model="m", served_model_name="s", host="h", port=8000, gpu_memory_utilization=0.5,
+SAMPLE = dict(enable_lora=True, max_loras=2, max_lora_rank=8, max_cpu_loras=2, fully_sharded_loras=True,
+              lora_modules=[{"name": "a", "path": "/a"}], model="m", served_model_name="s", host="h", port=8000, gpu_memory_utilization=0.5,
               kv_cache_memory_bytes="1G", max_model_len=1024, max_num_seqs=4,
               max_num_batched_tokens=2048, max_num_active_seqs=2, max_num_queued_reqs=8,
               max_num_queued_tokens=4096, block_size=16, preemption_mode="recompute",
@@ -244,3 +245,26 @@ def test_pipeline_parallelism_held_back_where_only_ray_keeps_v1(release):
     assert ("--pipeline-parallel-size" not in argv) == ray_only, release["version"]
     assert render(dict(model="m", pipeline_parallel_size=1), release["version"])[0][2:] == \
         ["--pipeline-parallel-size", "1"]
+
+
+@pytest.mark.parametrize("release", RELEASES, ids=RELEASE_IDS)
+def test_lora_ranks_match_the_parsers_choices(release):
+    """From 0.11.1 the ranks are the parser's choices (before, LoRAConfig checked 8 ... 512 at
+    start-up, which the wheels' parser data cannot show)."""
+    choices = _flags(release)["--max-lora-rank"].get("choices")
+    version = release["version"]
+    accepted = [rank for rank in range(0, 600)
+                if not _refused(dict(model="m", max_lora_rank=rank), version)]
+    if choices:
+        assert accepted == sorted(int(c) for c in choices)
+    else:
+        assert parse_version(version) < (0, 11, 1)
+        assert accepted == [8, 16, 32, 64, 128, 256, 320, 512]
+
+
+def _refused(options, version):
+    try:
+        render(options, version, "cuda")
+    except VllmArgsError:
+        return True
+    return False

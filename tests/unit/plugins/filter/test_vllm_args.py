@@ -136,3 +136,28 @@ def test_filter_plugin_wraps_errors_and_is_registered():
     assert vllm_args(dict(model="m"), "0.32.0", "cpu") == ["--model", "m"]
     with pytest.raises(AnsibleFilterError):
         vllm_args(dict(model="m", block_size=16), "0.32.0", "cpu")
+
+
+def test_lora_flags_render_as_vllm_parses_them():
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import render as _render
+    argv, warnings = _render({"model": "m", "enable_lora": True, "max_loras": 2, "max_lora_rank": "16",
+                              "lora_modules": [{"name": "sql-lora", "path": "/s/a"}, "b=/s/b"]}, "0.32.0", "cpu")
+    assert argv[2:] == ["--enable-lora", "--max-loras", "2", "--max-lora-rank", "16",
+                        "--lora-modules", "sql-lora=/s/a", "b=/s/b"] and not warnings
+
+
+@pytest.mark.parametrize("modules, words", [
+    ([], "non-empty list"),
+    ("a=/x", "non-empty list"),
+    ([{"name": "a", "path": "/x,y"}], "without spaces or commas"),   # vLLM would read it as JSON
+    ([{"name": "a b", "path": "/x"}], "adapter name must be"),
+    ([{"name": "a", "path": "relative"}], "absolute path"),
+    ([{"name": "a", "path": "/x", "base_model_name": "m"}], "each item must be"),
+    ([42], "each item must be"),
+])
+def test_lora_modules_refusals_name_the_variable(modules, words):
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import VllmArgsError
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import render as _render
+    with pytest.raises(VllmArgsError) as info:
+        _render({"model": "m", "lora_modules": modules}, "0.32.0", "cpu", var_prefix="vllm_server_")
+    assert str(info.value).startswith("vllm_server_lora_modules: ") and words in str(info.value)

@@ -31,7 +31,7 @@ def test_promote_then_idempotent_then_check_mode(run_module, tmp_path):
     store = tmp_path / "tiny"
     staging, target = str(store / ".staging-r1"), str(store / "r1")
     _write(staging, FILES)
-    args = {"state": "promoted", "src": staging, "path": target, "manifest": MANIFEST}
+    args = {"operation": "promote", "src": staging, "path": target, "manifest": MANIFEST}
     failed, result = run_module(model_store, args)
     assert not failed and result["changed"] and os.path.isdir(target) and not os.path.exists(staging)
     failed, result = run_module(model_store, args)
@@ -49,7 +49,7 @@ def test_promote_refuses_corruption_naming_the_file(run_module, tmp_path):
     store = tmp_path / "tiny"
     staging, target = str(store / ".staging-r1"), str(store / "r1")
     _write(staging, dict(FILES, **{"config.json": b'{"a": 9}'}))
-    failed, result = run_module(model_store, {"state": "promoted", "src": staging, "path": target,
+    failed, result = run_module(model_store, {"operation": "promote", "src": staging, "path": target,
                                               "manifest": MANIFEST})
     assert failed and "sha256 differs: config.json" in result["msg"]
     assert not os.path.exists(target) and not os.path.exists(staging)
@@ -58,7 +58,7 @@ def test_promote_refuses_corruption_naming_the_file(run_module, tmp_path):
 def test_promote_needs_staging_beside_the_target(run_module, tmp_path):
     staging = str(tmp_path / "elsewhere" / ".staging-r1")
     _write(staging, FILES)
-    failed, result = run_module(model_store, {"state": "promoted", "src": staging,
+    failed, result = run_module(model_store, {"operation": "promote", "src": staging,
                                               "path": str(tmp_path / "tiny" / "r1"), "manifest": MANIFEST})
     assert failed and "beside path" in result["msg"]
 
@@ -73,14 +73,14 @@ def test_prune(run_module, tmp_path):
     for i, name in enumerate(["r1", "r2", "r3"]):
         staging = str(store / (".staging-" + name))
         _write(staging, FILES)
-        run_module(model_store, {"state": "promoted", "src": staging, "path": str(store / name),
+        run_module(model_store, {"operation": "promote", "src": staging, "path": str(store / name),
                                  "manifest": MANIFEST})
         os.utime(str(store / name / ".kvfleet-verified.json"), (1000 + i, 1000 + i))
     os.makedirs(str(store / ".staging-r4"))
-    failed, result = run_module(model_store, {"state": "pruned", "path": str(store), "keep": 2,
+    failed, result = run_module(model_store, {"operation": "prune", "path": str(store), "keep": 2,
                                               "protect": ["r1"], "_ansible_check_mode": True})
     assert not failed and result["removed"] == ["r2"] and os.path.isdir(str(store / "r2"))
-    failed, result = run_module(model_store, {"state": "pruned", "path": str(store), "keep": 2, "protect": ["r1"]})
+    failed, result = run_module(model_store, {"operation": "prune", "path": str(store), "keep": 2, "protect": ["r1"]})
     assert result["removed"] == ["r2"] and result["kept"] == ["r1", "r3"] and not os.path.exists(str(store / "r2"))
-    failed, result = run_module(model_store, {"state": "pruned", "path": str(store), "keep": 0})
+    failed, result = run_module(model_store, {"operation": "prune", "path": str(store), "keep": 0})
     assert failed and "keep: must be at least 1" in result["msg"]

@@ -39,3 +39,18 @@ def test_refusals_name_the_field(change, words):
 def test_not_a_dict():
     with pytest.raises(ModelSourceError, match="must be a dictionary"):
         model_source("tiny", "/x")
+
+
+def test_lora_sources_under_loras_and_unique():
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._model_source import lora_sources
+    adapters = [dict(SRC, name="sql-lora"), dict(SRC, name="chat-lora", revision="r2")]
+    out = lora_sources(adapters, "/var/lib/vllm/models")
+    assert [a["dir"] for a in out] == ["/var/lib/vllm/models/loras/sql-lora/r1",
+                                       "/var/lib/vllm/models/loras/chat-lora/r2"]
+    assert out[1]["var"] == "vllm_server_lora_adapters[1]"
+    with pytest.raises(ModelSourceError, match=r"vllm_server_lora_adapters\[1\].name must be"):
+        lora_sources([SRC, dict(SRC, name="a b")], "/s")
+    with pytest.raises(ModelSourceError, match="the adapter name 'tiny-llama' is used twice"):
+        lora_sources([SRC, SRC], "/s")
+    with pytest.raises(ModelSourceError, match="must be a list"):
+        lora_sources({"name": "x"}, "/s")
