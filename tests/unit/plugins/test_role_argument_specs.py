@@ -67,3 +67,25 @@ def test_roles_know_every_cause_of_the_diagnosis(role, ids_var, causes_var):
     assert ids == list(CAUSE_IDS)
     with open(os.path.join(ROLES, role, "defaults", "main.yml")) as f:
         assert set(yaml.safe_load(f)[causes_var]) <= set(CAUSE_IDS)
+
+
+@pytest.mark.parametrize("role", sorted(os.listdir(ROLES)))
+def test_the_defaults_that_are_not_templates_pass_the_argument_specs(role):
+    """What Ansible checks when the role is included: a default (an empty source dictionary, an
+    empty list of adapters) must pass its own spec, or every play that leaves it alone fails."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+    spec = load(role, "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    defaults = dict((k, v) for k, v in load(role, "defaults", "main.yml").items()
+                    if "{{" not in str(v) and v is not None)
+    # the spec of those options only (a missing one would take the spec's documented default)
+    result = ArgumentSpecValidator(dict((k, spec[k]) for k in defaults)).validate(defaults)
+    assert not result.error_messages, result.error_messages
+
+
+def test_a_partial_model_source_is_left_to_the_preflight():
+    """The filter names what is missing (tests/unit/plugins/plugin_utils/test_model_source.py)."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+    spec = load("server", "meta", "argument_specs.yml")["argument_specs"]["main"]["options"]
+    result = ArgumentSpecValidator({"vllm_server_model_source": spec["vllm_server_model_source"]}).validate(
+        {"vllm_server_model_source": {"name": "tiny"}})
+    assert not result.error_messages
