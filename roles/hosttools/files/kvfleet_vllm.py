@@ -19,12 +19,15 @@ The restart guard, the monitor and trends read the instances from the deployment
 configuration names (the server role writes it; one model of an instance, no copies).
   kvfleet-vllm warmup --url URL [--env-file /etc/vllm/main.env]    (one short completion, JSON)
   kvfleet-vllm stale --unit vllm-main.service --file F ...          (process older than its files?)
+  kvfleet-vllm applied --unit vllm-main.service --file F            (its process serves F already: a
+                                                                  LoRA adapter loaded at runtime)
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import http.client
 import json
 import os
@@ -220,13 +223,49 @@ def seconds_since_start(state, now=None):
     return (time.monotonic() if now is None else now) - entered / 1e6
 
 
-def stale(unit, files, now=None, now_mono=None):
-    """Whether a unit's running process is older than its configuration: an earlier run wrote
-    the unit or its files and stopped (an interrupt, a lost host) before it restarted the server.
-    Returns {unit, stale, why}; an inactive unit is never stale (starting it reads the files)."""
+def _unit_state(unit):
     out = subprocess.run(["systemctl", "show", "-p", "ActiveState,MainPID,ExecMainStartTimestampMonotonic", unit],
                          capture_output=True, text=True, check=False).stdout
-    state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def _sha256(path):
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+# `applied` stamps, one per unit: read by `stale` without being named, so that the stale check
+# the roles already run (whatever version of this program a host has) needs no new option
+APPLIED_DIR = "/var/lib/kvfleet/applied"
+
+
+def _stamp_path(unit):
+    return os.path.join(APPLIED_DIR, os.path.basename(unit) + ".json")
+
+
+def _applied(stamp, pid):
+    """{path: sha256} of the files a running process (`pid`) already serves by other means (a LoRA
+    adapter loaded at runtime: its unit lists it, the process has it); {} for another process."""
+    try:
+        with open(stamp) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or str(data.get("pid")) != str(pid) or not isinstance(data.get("files"), dict):
+        return {}
+    return data["files"]
+
+
+def stale(unit, files, now=None, now_mono=None, applied=None):
+    """Whether a unit's running process is older than its configuration: an earlier run wrote
+    the unit or its files and stopped (an interrupt, a lost host) before it restarted the server.
+    A newer file whose content the unit's stamp (`kvfleet-vllm applied`; `applied`: its path, by
+    default under APPLIED_DIR) records for this very process is not counted.
+    Returns {unit, stale, why}; an inactive unit is never stale."""
+    state = _unit_state(unit)
     result = {"unit": unit, "stale": False, "why": None, "active": state.get("ActiveState") == "active"}
     try:
         started_mono = int(state.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
@@ -237,12 +276,13 @@ def stale(unit, files, now=None, now_mono=None):
     # the process's start on the wall clock, which file times use
     started = (time.time() if now is None else now) - ((time.monotonic() if now_mono is None else now_mono) - started_mono)
     newer = []
+    served = _applied(applied or _stamp_path(unit), state["MainPID"])
     for path in files:
         try:
             mtime = os.stat(path).st_mtime
         except OSError:
             continue  # a file that is gone changes nothing the process reads now
-        if mtime > started:
+        if mtime > started and not (path in served and served[path] == _sha256(path)):
             newer.append("%s (changed %.0fs after the process started)" % (path, mtime - started))
     if newer:
         result.update(stale=True, why="the running process (PID %s) predates %s" % (state["MainPID"], ", ".join(newer)))
@@ -251,7 +291,28 @@ def stale(unit, files, now=None, now_mono=None):
 
 def stale_command(args):
     """Print stale()'s answer as JSON; exit 0 either way."""
-    json.dump(stale(args.unit, args.file or []), sys.stdout, sort_keys=True)
+    json.dump(stale(args.unit, args.file or [], applied=args.applied), sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+def applied_command(args):
+    """Write the stamp that stale() reads: the running process of --unit already serves what
+    these files say now. Exit 1 (nothing written) when the unit does not run."""
+    state = _unit_state(args.unit)
+    pid = state.get("MainPID")
+    if state.get("ActiveState") != "active" or pid in (None, "", "0"):
+        sys.stderr.write("%s is not running: nothing to stamp\n" % args.unit)
+        return 1
+    files = {path: _sha256(path) for path in args.file}
+    stamp = args.stamp or _stamp_path(args.unit)
+    os.makedirs(os.path.dirname(stamp) or ".", mode=0o755, exist_ok=True)
+    tmp = stamp + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"unit": args.unit, "pid": pid, "files": files}, f, sort_keys=True)
+    os.chmod(tmp, 0o600)   # root reads it (the stale check); nobody else needs to
+    os.replace(tmp, stamp)
+    json.dump({"unit": args.unit, "pid": pid, "stamp": stamp}, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0
 
@@ -879,7 +940,13 @@ def main(argv=None):
     p = sub.add_parser("stale", help="is a unit's running process older than its files? (JSON)")
     p.add_argument("--unit", required=True)
     p.add_argument("--file", action="append", help="a file the process read at start (repeat)")
+    p.add_argument("--applied", help="the stamp of `applied` (default: %s/UNIT.json)" % APPLIED_DIR)
     p.set_defaults(func=stale_command)
+    p = sub.add_parser("applied", help="stamp files the running process already serves (a runtime change)")
+    p.add_argument("--unit", required=True)
+    p.add_argument("--file", action="append", required=True, help="a file whose content it serves (repeat)")
+    p.add_argument("--stamp", help="where the stamp goes (default: %s/UNIT.json)" % APPLIED_DIR)
+    p.set_defaults(func=applied_command)
     p = sub.add_parser("gate", help="sample a server and diagnose its KV cache (JSON)")
     p.add_argument("--url", required=True, type=_base_url)
     p.add_argument("--samples", type=_number("--samples", LIMITS["samples"], int), default=3)
