@@ -212,6 +212,20 @@ def _staged(staged):
     return "%s %s (%s files, %s%s)" % (verb, staged.get("label") or "the model", staged.get("files", "?"), size, took)
 
 
+def _runtime(runtime):
+    """Adapters changed on running instances (tasks/lora_runtime.yml's _server_lora_runtime:
+    instance -> {load: [{name}], unload: [name]}) in words; '' when none."""
+    if not isinstance(runtime, dict) or not runtime:
+        return ""
+    parts = []
+    for inst, change in sorted(runtime.items()):
+        change = change if isinstance(change, dict) else {}
+        words = ["+%s" % a.get("name") for a in change.get("load") or [] if isinstance(a, dict)]
+        words += ["-%s" % n for n in change.get("unload") or []]
+        parts.append("%s %s" % (inst, " ".join(words) or "?"))
+    return "adapters changed without a restart: %s" % ", ".join(parts)
+
+
 def deploy_lines(rows):
     """rows: {'host', 'batch', 'before', 'after', 'outcome', 'seconds', 'detail', 'drained'} per
     host, where before/after are deployment records ({'version', 'config'}) -> header, lines,
@@ -225,6 +239,9 @@ def deploy_lines(rows):
         warned = [z["warning"] for z in r.get("sizing") or [] if z.get("warning")]
         if warned and outcome in _SERVING:
             detail = "; ".join(warned)
+        runtime = _runtime(r.get("runtime")) if outcome in _SERVING else ""
+        if runtime:
+            detail = runtime if detail == "-" else "%s; %s" % (runtime, detail)
         staged = _staged(r.get("staged"))
         if staged:
             detail = staged if detail == "-" else "%s; %s" % (staged, detail)

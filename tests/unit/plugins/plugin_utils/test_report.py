@@ -61,6 +61,26 @@ def test_deploy_lines_name_hosts_left_drained_and_count_every_outcome():
     assert lines[7] == "left out of the load balancer: h3, h4 (the next deploy finishes them first)"
 
 
+def test_deploy_lines_say_which_adapters_changed_without_a_restart_and_what_was_staged():
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import deploy_lines
+    a, b = {"version": "0.32.0", "config": "aaaa"}, {"version": "0.32.0", "config": "bbbb"}
+    runtime = {"b": {"load": [{"name": "sql", "path": "/x"}], "unload": ["old"]},
+               "a": {"load": [{"name": "sql", "path": "/x"}], "unload": []}}
+    staged = {"copied": True, "label": "sql@r2", "files": 3, "bytes": 3 * 1048576, "seconds": 1.25,
+              "check_mode": False}
+    lines = deploy_lines([
+        {"host": "h1", "before": a, "after": b, "outcome": "upgraded", "runtime": runtime, "staged": staged},
+        {"host": "h2", "before": a, "outcome": "rolled back", "runtime": runtime, "detail": "gate: unhealthy"},
+        {"host": "h3", "before": a, "after": a, "outcome": "unchanged", "runtime": {}},
+        {"host": "h4", "before": a, "outcome": "checked", "staged": dict(staged, check_mode="True")}])
+    assert lines[1].endswith("staged sql@r2 (3 files, 3.0 MiB in 1.2 s); "
+                             "adapters changed without a restart: a +sql, b +sql -old")
+    # a host rolled back does not serve the change: its line keeps why
+    assert lines[2].endswith("gate: unhealthy") and "adapters" not in lines[2]
+    assert lines[3].split()[-3:] == ["unchanged", "-", "-"]
+    assert "would stage sql@r2" in lines[4]
+
+
 def _gate(verdict="healthy", samples=None, **extra):
     return dict(verdict=verdict, state="idle", causes=[], samples=samples or [
         {"version": "0.32.0", "kv_cache_usage": 0.1, "requests_running": 0, "requests_waiting": 0,
