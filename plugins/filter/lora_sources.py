@@ -23,6 +23,14 @@ options:
     description: The host folder that holds the staged models (C(vllm_server_model_store)).
     type: str
     required: true
+  hub_cache:
+    description:
+      - The controller folder that C(from=hub) sources are downloaded into, one folder per name and
+        revision (C(vllm_server_model_hub_cache)), unless the source gives its own C(path).
+    type: str
+  hub_endpoint:
+    description: The hub's base URL for C(from=hub) sources (C(vllm_server_model_hub_endpoint)).
+    type: str
 """
 
 EXAMPLES = r"""
@@ -44,9 +52,9 @@ from ansible_collections.kvfleet.vllm.plugins.plugin_utils._model_source import 
     ModelSourceError, lora_sources)
 
 
-def _lora_sources(adapters, store):
+def _lora_sources(adapters, store, hub_cache=None, hub_endpoint=None):
     try:
-        return lora_sources(adapters, store)
+        return lora_sources(adapters, store, hub_cache=hub_cache, hub_endpoint=hub_endpoint)
     except ModelSourceError as exc:
         raise AnsibleFilterError(str(exc))
 

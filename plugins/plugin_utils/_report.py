@@ -209,7 +209,12 @@ def _staged(staged):
     except (TypeError, ValueError):
         size, took = "? MiB", ""
     verb = "would stage" if str(staged.get("check_mode")).lower() == "true" else "staged"
-    return "%s %s (%s files, %s%s)" % (verb, staged.get("label") or "the model", staged.get("files", "?"), size, took)
+    hub = ""
+    if str(staged.get("downloaded") or 0) not in ("0", ""):
+        hub = "; %s of them %s from the hub" % (staged["downloaded"], "would be downloaded" if verb == "would stage"
+                                                   else "downloaded")
+    return "%s %s (%s files, %s%s%s)" % (verb, staged.get("label") or "the model", staged.get("files", "?"), size,
+                                         took, hub)
 
 
 def _runtime(runtime):

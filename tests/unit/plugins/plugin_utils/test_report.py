@@ -79,6 +79,10 @@ def test_deploy_lines_say_which_adapters_changed_without_a_restart_and_what_was_
     assert lines[2].endswith("gate: unhealthy") and "adapters" not in lines[2]
     assert lines[3].split()[-3:] == ["unchanged", "-", "-"]
     assert "would stage sql@r2" in lines[4]
+    lines = deploy_lines([{"host": "h1", "outcome": "upgraded", "staged": dict(staged, downloaded=2)},
+                          {"host": "h2", "outcome": "checked", "staged": dict(staged, downloaded="3", check_mode=True)}])
+    assert lines[1].endswith("staged sql@r2 (3 files, 3.0 MiB in 1.2 s; 2 of them downloaded from the hub)")
+    assert lines[2].endswith("would stage sql@r2 (3 files, 3.0 MiB in 1.2 s; 3 of them would be downloaded from the hub)")
 
 
 def _gate(verdict="healthy", samples=None, **extra):
