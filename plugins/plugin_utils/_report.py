@@ -211,8 +211,8 @@ def _staged(staged):
     verb = "would stage" if str(staged.get("check_mode")).lower() == "true" else "staged"
     hub = ""
     if str(staged.get("downloaded") or 0) not in ("0", ""):
-        hub = "; %s of them %s from the hub" % (staged["downloaded"], "would be downloaded" if verb == "would stage"
-                                                   else "downloaded")
+        how = "would be downloaded" if verb == "would stage" else "downloaded"
+        hub = "; %s of them %s from the hub" % (staged["downloaded"], how)
     return "%s %s (%s files, %s%s%s)" % (verb, staged.get("label") or "the model", staged.get("files", "?"), size,
                                          took, hub)
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A stand-in for the Hugging Face hub's file downloads, for tests (nothing here reaches the hub).
 
 Serves <root>/<org>/<repo>/<commit>/<file> as GET/HEAD /<org>/<repo>/resolve/<commit>/<file>, the

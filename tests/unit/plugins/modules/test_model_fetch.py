@@ -32,7 +32,7 @@ def hub(tmp_path_factory):
     proc = subprocess.Popen([sys.executable, HUB, "--root", str(root), "--token", "hf_secret",
                              "--lfs-over", "1024", "--log", str(log), "--pid-file", str(pid)],
                             stdout=subprocess.DEVNULL)
-    for _ in range(100):
+    for _attempt in range(100):
         if pid.exists() and pid.read_text().strip():
             break
         time.sleep(0.05)
