@@ -137,8 +137,9 @@ _ADVICE = {
         "'exited: result=...' and the errors before them; a start limit hit leaves the unit "
         "failed until someone fixes the cause and starts it."),
     "memory_growth": (
-        "The server's resident memory (every process of its unit) has grown steadily for hours: "
-        "a leak, not a cache (vLLM's KV cache is allocated once at start). A restart frees it: "
+        "The server's resident memory (every process of its unit), or the GPU memory those "
+        "processes hold, has grown steadily for hours: a leak, not a cache (vLLM's KV cache is "
+        "allocated once at start). A restart frees it: "
         "let the scheduled restart cure it (mode when_degraded with memory_growth among "
         "vllm_restart_causes), and report the version and the workload upstream."),
     "invalid_metrics": (
@@ -651,39 +652,48 @@ def unit_restarts(points, min_restarts=MIN_RESTARTS):
 def memory_growth(points, settings=None):
     """The memory_growth cause from the monitor's history, or None.
 
-    points: oldest first, each {'time', 'unit_memory': {'rss_bytes', 'main_pid'}} (lines without
-    it are skipped). Only the samples of the last point's process count: a restart frees the
-    memory, and a new process starts a new series. settings: MEMORY_GROWTH's keys.
+    points: oldest first, each {'time', 'unit_memory': {'rss_bytes', 'main_pid'[, 'gpu_bytes']}}
+    (lines without it are skipped). Only the samples of the last point's process count: a restart
+    frees the memory, and a new process starts a new series. Resident memory is read first, then
+    GPU memory (NVML; vLLM takes its KV cache at start, so what it holds should stay flat).
+    settings: MEMORY_GROWTH's keys.
     """
     cfg = dict(MEMORY_GROWTH, **dict((k, v) for k, v in (settings or {}).items() if v is not None))
+    return _growth(points, cfg, "rss_bytes", "rss") or _growth(points, cfg, "gpu_bytes", "gpu")
+
+
+def _growth(points, cfg, key, prefix):
     seen = [(p["time"], p["unit_memory"]) for p in points
             if isinstance(p.get("unit_memory"), dict) and isinstance(p.get("time"), (int, float))
-            and isinstance(p["unit_memory"].get("rss_bytes"), int) and p["unit_memory"]["rss_bytes"] > 0]
+            and isinstance(p["unit_memory"].get(key), int) and not isinstance(p["unit_memory"][key], bool)
+            and p["unit_memory"][key] > 0]
     if not seen:
         return None
     pid = seen[-1][1].get("main_pid")
-    same = [(t, m["rss_bytes"]) for t, m in seen if m.get("main_pid") == pid]
+    same = [(t, m[key]) for t, m in seen if m.get("main_pid") == pid]
     if len(same) < cfg["min_points"]:
         return None
-    times, rss = [t for t, _r in same], [r for _t, r in same]
+    times, used = [t for t, _r in same], [r for _t, r in same]
     span = times[-1] - times[0]
     if span < cfg["min_seconds"]:
         return None
-    slope = fitted_slope(times, rss)
-    # the fitted resident memory at the first sample (the fit runs through the means)
-    start = sum(rss) / len(rss) - slope * (sum(times) / len(times) - times[0])
+    slope = fitted_slope(times, used)
+    # the fitted memory at the first sample (the fit runs through the means)
+    start = sum(used) / len(used) - slope * (sum(times) / len(times) - times[0])
     grown = slope * span
-    half = len(rss) // 2
-    early, late = sum(rss[:half]) / half, sum(rss[half:]) / (len(rss) - half)
+    half = len(used) // 2
+    early, late = sum(used[:half]) / half, sum(used[half:]) / (len(used) - half)
     if start <= 0 or grown < cfg["min_bytes"] or grown / start < cfg["ratio"] or late <= early:
         return None
     return _cause("memory_growth", "warning", {
-        "rss_first_bytes": rss[0], "rss_last_bytes": rss[-1], "growth_fitted_bytes": int(grown),
+        "memory": "resident" if prefix == "rss" else "gpu",
+        prefix + "_first_bytes": used[0], prefix + "_last_bytes": used[-1], "growth_fitted_bytes": int(grown),
         "growth_ratio": round(grown / start, 3), "bytes_per_hour": int(slope * 3600),
         "window_seconds": round(span, 1), "points": len(same), "main_pid": pid,
         "ratio": cfg["ratio"], "min_bytes": cfg["min_bytes"]},
-        "Here: %.0f MiB -> %.0f MiB over %.1f h (+%.0f%%, %.0f MiB an hour)." % (
-            rss[0] / 1048576.0, rss[-1] / 1048576.0, span / 3600.0, 100 * grown / start,
+        "Here: %s%.0f MiB -> %.0f MiB over %.1f h (+%.0f%%, %.0f MiB an hour)." % (
+            "" if prefix == "rss" else "GPU memory ",
+            used[0] / 1048576.0, used[-1] / 1048576.0, span / 3600.0, 100 * grown / start,
             slope * 3600 / 1048576.0))
 
 

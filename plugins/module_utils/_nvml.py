@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-__all__ = ["NvmlUnavailable", "collect", "headroom"]
+__all__ = ["NvmlUnavailable", "collect", "headroom", "process_memory"]
 
 
 class NvmlUnavailable(Exception):
@@ -83,6 +83,34 @@ def collect(nvml):
             "nvml_version": _text(_optional(nvml, nvml.nvmlSystemGetNVMLVersion)),
             "gpus": [_gpu(nvml, i) for i in range(count)],
         }
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+
+
+def process_memory(nvml, pids):
+    """GPU memory held by these processes (a vLLM unit's main process and its engine cores),
+    summed over every GPU: {'gpu_bytes', 'gpus' (how many GPUs they are on)}, or None when NVML
+    cannot say: no driver, or none of the processes listed with a size (NVML inside a container
+    lists processes of its own PID namespace only)."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return None
+    try:
+        wanted, total, gpus, sized = set(int(p) for p in pids), 0, 0, False
+        for index in range(nvml.nvmlDeviceGetCount()):
+            mine = [p for p in _processes(nvml, nvml.nvmlDeviceGetHandleByIndex(index)) if p["pid"] in wanted]
+            gpus += 1 if mine else 0
+            for proc in mine:
+                if isinstance(proc["used_memory"], int):
+                    total += proc["used_memory"]
+                    sized = True
+        return {"gpu_bytes": total, "gpus": gpus} if sized else None
+    except nvml.NVMLError:
+        return None
     finally:
         try:
             nvml.nvmlShutdown()

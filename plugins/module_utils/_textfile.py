@@ -28,6 +28,8 @@ _GAUGES = (
     ("kvfleet_vllm_unit_restarts", "Restarts systemd made of the instance since its last requested start (NRestarts).", ("snap", "unit_restarts")),
     ("kvfleet_vllm_memory_rss_bytes", "Resident memory of the instance's server and its engine cores (VmRSS).",
      ("unit_memory", "rss_bytes")),
+    ("kvfleet_vllm_memory_gpu_bytes", "GPU memory the instance's server and its engine cores hold (NVML); absent without NVML.",
+     ("unit_memory", "gpu_bytes")),
 )
 
 

@@ -82,8 +82,9 @@ def dashboard(settings=None):
             [("histogram_quantile(%s, sum by (le, instance) (rate(%s_bucket{%s}[%s])))" % (q, family, vllm, rate),
               "p%s {{instance}}" % q[2:].ljust(2, "0")) for q in ("0.5", "0.95", "0.99")],
             8 * i, 22, w=8, unit="s"))
-    panels.append(_panel(10, "Resident memory of the servers (memory_growth)",
-                         [("kvfleet_vllm_memory_rss_bytes{%s}" % node, "{{instance}} {{exported_instance}}")],
+    panels.append(_panel(10, "Memory of the servers: resident, and GPU where NVML reads it (memory_growth)",
+                         [("kvfleet_vllm_memory_rss_bytes{%s}" % node, "resident {{instance}} {{exported_instance}}"),
+                          ("kvfleet_vllm_memory_gpu_bytes{%s}" % node, "GPU {{instance}} {{exported_instance}}")],
                          0, 30, w=24, unit="bytes"))
     return {
         "uid": UID, "title": "kvfleet.vllm fleet", "tags": ["vllm", "kvfleet"], "editable": True,

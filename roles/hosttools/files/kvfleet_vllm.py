@@ -45,6 +45,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  
     add_rates, diagnose, memory_growth, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (  # noqa: E402
     window as latency_window)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._nvml import process_memory  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # noqa: E402
     LIMITS, MAX_BODY_BYTES, DeadlineExceeded, FetchError, Response, check_encoding, check_range,
     check_url, check_window, read_body, redact_url, redirect_refused, sample as probe_sample,
@@ -168,10 +169,11 @@ def unit_state(unit):
     return state
 
 
-def unit_memory(state, proc="/proc"):
+def unit_memory(state, proc="/proc", nvml=None):
     """Resident memory of a unit's server: its main process and every descendant (the API server
     and its engine cores), summed from each /proc/<pid>/status VmRSS: {'rss_bytes',
-    'processes', 'main_pid'}, or None when the unit runs no process. The process tree, not the
+    'processes', 'main_pid'}, or None when the unit runs no process. With `nvml` (a pynvml
+    module), 'gpu_bytes' too: the GPU memory those processes hold (None where NVML cannot say). The process tree, not the
     cgroup: it reads the same on cgroup v1, hybrid and v2 hosts. /proc/<pid>/status is
     world-readable, so the unprivileged monitor reads it (its unit keeps ProtectProc=default)."""
     try:
@@ -209,7 +211,46 @@ def unit_memory(state, proc="/proc"):
             continue
     if not counted:
         return None
-    return {"rss_bytes": rss, "processes": counted, "main_pid": main}
+    out = {"rss_bytes": rss, "processes": counted, "main_pid": main}
+    if nvml is not None:
+        # None where NVML cannot say (no driver: a CPU host); a reading never fails the round
+        try:
+            out["gpu_bytes"] = (process_memory(nvml, pids) or {}).get("gpu_bytes")
+        except Exception:   # pylint: disable=broad-except
+            out["gpu_bytes"] = None
+    return out
+
+
+_NVML = {}
+
+
+def load_nvml(venv=None):
+    """The pynvml module (nvidia-ml-py, one file of ctypes calls) for the GPU memory reading, or
+    None: the system's if it has one, else the copy in the vLLM venv the record names (the
+    package's, or the one vLLM ships as vllm/third_party/pynvml.py). Loaded by path, so the
+    venv's Python version does not matter. Once per run."""
+    if "module" in _NVML:
+        return _NVML["module"]
+    module = None
+    try:
+        import pynvml as module   # noqa: F811  pylint: disable=import-outside-toplevel
+    except ImportError:
+        import glob
+        import importlib.util
+        found = []
+        if isinstance(venv, str) and venv.startswith("/"):
+            for rel in ("pynvml.py", "vllm/third_party/pynvml.py"):
+                found += sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", rel)))
+        for path in found:
+            try:
+                spec = importlib.util.spec_from_file_location("kvfleet_pynvml", path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                break
+            except Exception:   # a broken copy: try the next, else no GPU memory
+                module = None
+    _NVML["module"] = module
+    return module
 
 
 def seconds_since_start(state, now=None):
@@ -524,7 +565,8 @@ def load_instances(cfg):
         if isinstance(inst, dict) and isinstance(inst.get("name"), str):
             drain = inst.get("drain_seconds")
             inst = dict(inst, unit=inst.get("unit") or "vllm-%s.service" % inst["name"],  # records before 0.3.0
-                        graceful=isinstance(drain, (int, float)) and drain > 0)
+                        graceful=isinstance(drain, (int, float)) and drain > 0,
+                        venv=current.get("venv"))   # where the GPU memory reading finds pynvml
         out.append(inst)
     if not out:
         raise SystemExit("the deployment record %s lists no instances" % path)
@@ -748,7 +790,8 @@ def _sample_one(cfg, inst, history, window):
     state = unit_state(inst["unit"]) if inst.get("unit") else {}
     if state.get("ActiveState"):
         now.update(unit_restarts=state["NRestarts"], unit_active_state=state["ActiveState"],
-                   unit_result=state.get("Result"), unit_memory=unit_memory(state))
+                   unit_result=state.get("Result"),
+                   unit_memory=unit_memory(state, nvml=load_nvml(inst.get("venv"))))
     add_rates(([dict(past[-1])] if past else []) + [now])
     recent = since_last_down([dict(h) for h in past[-(window - 1):]] + [now])
     # restarts count over the whole window, the ones before the last outage too (since_last_down

@@ -151,6 +151,50 @@ def test_unit_memory_sums_the_main_process_and_its_descendants(tmp_path):
     assert prog.unit_memory({"MainPID": "999"}, proc=str(tmp_path)) is None
 
 
+def test_unit_memory_adds_the_gpu_memory_nvml_lists_for_those_processes(tmp_path):
+    from ansible_collections.kvfleet.vllm.tests.unit.plugins.fake_nvml import FakeNvml, Memory, Proc, Util
+    for pid, ppid in ((100, 1), (101, 100)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text("%d (python) S %d 1 1 0\n" % (pid, ppid))
+        (tmp_path / str(pid) / "status").write_text("VmRSS:\t 1000 kB\n")
+    gpu = dict(name="g", uuid="GPU-x", mem=Memory(10, 5, 5), util=Util(1, 1), cc=(9, 0), pm=1, graphics=[])
+    nvml = FakeNvml(gpus=[dict(gpu, compute=[Proc(101, 70 * 1024 ** 3), Proc(555, 1)])])
+    assert prog.unit_memory({"MainPID": "100"}, proc=str(tmp_path), nvml=nvml) == {
+        "rss_bytes": 2000 * 1024, "processes": 2, "main_pid": 100, "gpu_bytes": 70 * 1024 ** 3}
+    # NVML without a driver (a CPU host): null, not 0
+    from ansible_collections.kvfleet.vllm.tests.unit.plugins.fake_nvml import NVMLError_DriverNotLoaded
+    out = prog.unit_memory({"MainPID": "100"}, proc=str(tmp_path), nvml=FakeNvml(init_error=NVMLError_DriverNotLoaded()))
+    assert out["gpu_bytes"] is None
+
+    class Odd(FakeNvml):   # a pynvml copy that breaks in a way NVML's own errors do not cover
+        def nvmlDeviceGetCount(self):
+            raise OSError("odd")
+    out = prog.unit_memory({"MainPID": "100"}, proc=str(tmp_path), nvml=Odd())
+    assert out["gpu_bytes"] is None and out["rss_bytes"] == 2000 * 1024
+
+
+def test_load_nvml_finds_the_copy_in_the_vllm_venv(tmp_path, monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_system_pynvml(name, *args, **kwargs):
+        if name == "pynvml":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", no_system_pynvml)
+    third = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "vllm" / "third_party"
+    third.mkdir(parents=True)
+    (third / "pynvml.py").write_text("class NVMLError(Exception):\n    pass\nWHERE = 'venv'\n")
+    monkeypatch.setattr(prog, "_NVML", {})
+    assert prog.load_nvml(str(tmp_path / "venv")).WHERE == "venv"
+    assert prog.load_nvml(None).WHERE == "venv"          # once per run
+    monkeypatch.setattr(prog, "_NVML", {})
+    assert prog.load_nvml(str(tmp_path / "absent")) is None
+    monkeypatch.setattr(prog, "_NVML", {})
+    (third / "pynvml.py").write_text("raise RuntimeError('broken copy')\n")
+    assert prog.load_nvml(str(tmp_path / "venv")) is None
+
+
 def test_unit_memory_of_this_process():
     """The real /proc: this test process alone (no children), a plausible size."""
     import os

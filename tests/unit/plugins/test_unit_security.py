@@ -23,8 +23,9 @@ ROLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..
 # what the units reach now, so that they cannot slip back unnoticed.
 UNITS = {
     "vllm-main.service": ("server", "vllm.service.j2", 2.5),
-    # 1.2 before memory_growth made it read the vLLM processes' /proc/<pid>/status (ProtectProc=default)
-    "kvfleet-vllm-monitor.service": ("monitor", "monitor.service.j2", 1.4),
+    # 1.2 before memory_growth made it read the vLLM processes' /proc/<pid>/status (ProtectProc=default);
+    # on cuda 1.6: NVML opens /dev/nvidia* and reads /proc/driver/nvidia (vllm_monitor_gpu_memory)
+    "kvfleet-vllm-monitor.service": ("monitor", "monitor.service.j2", {"cpu": 1.4, "cuda": 1.6}),
     "kvfleet-vllm-restart.service": ("scheduled_restart", "restart.service.j2", 1.8),
     "kvfleet-vllm-watchdog.service": ("monitor", "watchdog.service.j2", 1.8),
 }
@@ -90,8 +91,9 @@ def exposure(path):
 def test_unit_exposure_is_within_its_threshold(tmp_path, device, unit):
     score, report = exposure(render(device, str(tmp_path))[unit])
     print("EXPOSURE %s %s %.1f" % (device, unit, score))
-    assert score <= UNITS[unit][2], "%s (%s) scores %.1f, above %.1f:\n%s" % (
-        unit, device, score, UNITS[unit][2], "\n".join(l for l in report.splitlines() if "\u2717" in l))
+    limit = UNITS[unit][2][device] if isinstance(UNITS[unit][2], dict) else UNITS[unit][2]
+    assert score <= limit, "%s (%s) scores %.1f, above %.1f:\n%s" % (
+        unit, device, score, limit, "\n".join(l for l in report.splitlines() if "\u2717" in l))
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

@@ -56,7 +56,7 @@ def test_it_shows_what_issue_asks_for():
                    "vllm:num_requests_waiting_by_reason", "vllm:num_preemptions_total",
                    "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket",
                    "vllm:inter_token_latency_seconds_bucket", "vllm:request_queue_time_seconds_bucket",
-                   "kvfleet_vllm_memory_rss_bytes", "process_start_time_seconds"):
+                   "kvfleet_vllm_memory_rss_bytes", "kvfleet_vllm_memory_gpu_bytes", "process_start_time_seconds"):
         assert series in text, series
 
 

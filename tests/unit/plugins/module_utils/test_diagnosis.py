@@ -467,3 +467,25 @@ def test_memory_growth_counts_the_last_process_only_and_skips_odd_points():
     r = diagnose(snaps, memory_points=leak)
     assert [c["id"] for c in r["causes"]] == ["memory_growth"] and r["verdict"] == "degraded"
     assert diagnose(snaps)["verdict"] == "healthy"
+
+
+def test_memory_growth_of_gpu_memory_when_resident_memory_is_flat():
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import memory_growth
+    gib = 1024 ** 3
+    points = _mem(8, lambda i: 2 * gib)
+    for i, p in enumerate(points):
+        p["unit_memory"]["gpu_bytes"] = 60 * gib + i * 1024 ** 3      # +16 GiB over 8 h
+    cause = memory_growth(points)
+    ev = cause["evidence"]
+    assert ev["memory"] == "gpu" and ev["gpu_first_bytes"] == 60 * gib and ev["gpu_last_bytes"] == 76 * gib
+    assert "GPU memory 61440 MiB -> 77824 MiB over 8.0 h" in cause["advice"]
+    # no NVML (None), or flat GPU memory: nothing
+    for p in points:
+        p["unit_memory"]["gpu_bytes"] = None
+    assert memory_growth(points) is None
+    for p in points:
+        p["unit_memory"]["gpu_bytes"] = 60 * gib
+    assert memory_growth(points) is None
+    # resident memory is read first
+    leak = _mem(8, lambda i: 2 * gib + i * 64 * 1024 ** 2)
+    assert memory_growth(leak)["evidence"]["memory"] == "resident"

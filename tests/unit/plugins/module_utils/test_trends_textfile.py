@@ -42,7 +42,7 @@ def test_textfile_parses_back_and_omits_unexposed_values():
             "used_blocks_estimate": 64, "requests_running": 2, "requests_waiting": 30,
             "rates": {"requests_finished_per_s": 1.5, "generation_tokens_per_s": None,
                       "preemptions_per_s": 0.0},
-            "unit_memory": {"rss_bytes": 3 * 1024 ** 3, "processes": 2, "main_pid": 9}}
+            "unit_memory": {"rss_bytes": 3 * 1024 ** 3, "processes": 2, "main_pid": 9, "gpu_bytes": 70 * 1024 ** 3}}
     results = [
         {"instance": 'a"1', "snapshot": snap, "time": 1796040000.5, "sustained": ["concurrency_cap"],
          "diagnosis": {"verdict": "degraded", "causes": [{"id": "concurrency_cap"}]},
@@ -61,6 +61,11 @@ def test_textfile_parses_back_and_omits_unexposed_values():
     assert ours[("kvfleet_vllm_memory_rss_bytes", (("instance", 'a"1'),))] == 3 * 1024 ** 3
     assert [k for k in ours if k[0] == "kvfleet_vllm_memory_rss_bytes"] == [
         ("kvfleet_vllm_memory_rss_bytes", (("instance", 'a"1'),))]
+    assert ours[("kvfleet_vllm_memory_gpu_bytes", (("instance", 'a"1'),))] == 70 * 1024 ** 3
+    # without NVML (gpu_bytes null) the series is absent, not 0
+    snap["unit_memory"]["gpu_bytes"] = None
+    assert "kvfleet_vllm_memory_gpu_bytes{" not in render(results)
+    snap["unit_memory"]["gpu_bytes"] = 70 * 1024 ** 3
     assert ours[("kvfleet_vllm_up", (("instance", "b"),))] == 0
     assert ours[("kvfleet_vllm_verdict", (("instance", "b"), ("verdict", "unhealthy")))] == 1
     assert ours[("kvfleet_vllm_cause", (("cause", "concurrency_cap"), ("instance", 'a"1')))] == 1
