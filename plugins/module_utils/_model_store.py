@@ -78,15 +78,24 @@ def manifest_id(manifest):
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def copy_hashed(src, out=None):
+    """Read file object `src` to its end in 1 MiB blocks, writing each to `out` when given:
+    (sha256 hex digest, bytes read). A download is checked as it arrives (module model_fetch)."""
+    digest, size = hashlib.sha256(), 0
+    while True:
+        block = src.read(_CHUNK)
+        if not block:
+            break
+        digest.update(block)
+        size += len(block)
+        if out is not None:
+            out.write(block)
+    return digest.hexdigest(), size
+
+
 def _sha256(path):
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while True:
-            block = handle.read(_CHUNK)
-            if not block:
-                break
-            digest.update(block)
-    return digest.hexdigest()
+        return copy_hashed(handle)[0]
 
 
 def _files_under(root):

@@ -99,7 +99,6 @@ seconds:
   type: float
 """
 
-import hashlib
 import os
 import shutil
 import time
@@ -112,9 +111,8 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._model_store import (
-    ManifestError, parse_manifest, promote, stamp_ok)
+    ManifestError, copy_hashed, parse_manifest, promote, stamp_ok)
 
-_CHUNK = 1 << 20
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
@@ -193,25 +191,18 @@ def main():
         url = p["url"] + quote(rel, safe="/")
         target = os.path.join(staging, rel)
         os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-        digest, size = hashlib.sha256(), 0
         try:
             resp = open_url(url, **request)
             with open(target, "wb") as out:
-                while True:
-                    block = resp.read(_CHUNK)
-                    if not block:
-                        break
-                    digest.update(block)
-                    size += len(block)
-                    out.write(block)
+                digest, size = copy_hashed(resp, out)
         except (HTTPError, URLError, OSError) as exc:
             shutil.rmtree(staging, ignore_errors=True)
             module.fail_json(msg="downloading %s failed: %s; nothing was kept" % (rel, _why(exc, url, p["token"])),
                              verified=False, **result)
-        if digest.hexdigest() != manifest[rel]:
+        if digest != manifest[rel]:
             shutil.rmtree(staging, ignore_errors=True)
             module.fail_json(msg="%s from %s: sha256 %s, the manifest says %s (%d bytes received); "
-                             "nothing was kept" % (rel, url, digest.hexdigest(), manifest[rel], size),
+                             "nothing was kept" % (rel, url, digest, manifest[rel], size),
                              verified=False, **result)
         result["downloaded"].append(rel)
         result["bytes"] += size
