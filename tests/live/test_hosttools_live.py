@@ -7,8 +7,12 @@ import os
 import shutil
 import subprocess
 
+import yaml
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-SHIPPED = ("_prom.py", "_vllm_metrics.py", "_latency.py", "_probe.py", "_diagnosis.py", "_trends.py", "_textfile.py")
+# what the hosttools role ships beside the program: its own list, not a copy of it
+with open(os.path.join(ROOT, "roles", "hosttools", "vars", "main.yml"), encoding="utf-8") as _f:
+    SHIPPED = tuple(yaml.safe_load(_f)["__hosttools_module_utils"])
 
 
 def install(tmp_path):
