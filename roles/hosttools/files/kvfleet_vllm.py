@@ -245,9 +245,12 @@ def load_nvml(venv=None):
             try:
                 spec = importlib.util.spec_from_file_location("kvfleet_pynvml", path)
                 module = importlib.util.module_from_spec(spec)
+                # pynvml looks itself up in sys.modules while it loads (its error classes)
+                sys.modules[spec.name] = module
                 spec.loader.exec_module(module)
                 break
             except Exception:   # a broken copy: try the next, else no GPU memory
+                sys.modules.pop("kvfleet_pynvml", None)
                 module = None
     _NVML["module"] = module
     return module

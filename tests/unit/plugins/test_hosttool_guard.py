@@ -184,7 +184,9 @@ def test_load_nvml_finds_the_copy_in_the_vllm_venv(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_system_pynvml)
     third = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "vllm" / "third_party"
     third.mkdir(parents=True)
-    (third / "pynvml.py").write_text("class NVMLError(Exception):\n    pass\nWHERE = 'venv'\n")
+    # as nvidia-ml-py's pynvml does while it loads: it looks itself up in sys.modules
+    (third / "pynvml.py").write_text("import sys\nclass NVMLError(Exception):\n    pass\n"
+                                     "WHERE = sys.modules[__name__] and 'venv'\n")
     monkeypatch.setattr(prog, "_NVML", {})
     assert prog.load_nvml(str(tmp_path / "venv")).WHERE == "venv"
     assert prog.load_nvml(None).WHERE == "venv"          # once per run
