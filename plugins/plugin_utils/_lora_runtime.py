@@ -20,24 +20,20 @@ class LoraRuntimeError(ValueError):
     pass
 
 
-def _exec_start(text):
-    """(index of the ExecStart= line, its words) of a unit's text; (None, None) without one."""
+def split_unit(text):
+    """A unit's text -> (the text with its --lora-modules words taken out, the other ExecStart=
+    words, {name: path} or None when an item is not name=path). (None, None, None) for a text
+    without a readable ExecStart=."""
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("ExecStart="):
             try:
-                return lines, i, shlex.split(line[len("ExecStart="):])
+                words = shlex.split(line[len("ExecStart="):])
             except ValueError:
-                return lines, None, None
-    return lines, None, None
-
-
-def split_unit(text):
-    """A unit's text -> (the text with its --lora-modules words taken out, {name: path} or None
-    when an item is not name=path). (None, None) for a text without a readable ExecStart=."""
-    lines, i, words = _exec_start(text)
-    if i is None:
-        return None, None
+                return None, None, None
+            break
+    else:
+        return None, None, None
     modules, base = {}, []
     j = 0
     while j < len(words):
@@ -54,7 +50,7 @@ def split_unit(text):
         base.append(words[j])
         j += 1
     lines[i] = "ExecStart=" + " ".join(shlex.quote(w) for w in base)
-    return "\n".join(lines), modules
+    return "\n".join(lines), base, modules
 
 
 def plan(current, wanted):
@@ -72,7 +68,7 @@ def plan(current, wanted):
     if not current:
         out["why"] = "no unit yet"
         return out
-    (old_base, old), (new_base, new) = split_unit(current), split_unit(wanted)
+    (old_base, _words, old), (new_base, new_words, new) = split_unit(current), split_unit(wanted)
     if old_base is None or new_base is None:
         out["why"] = "a unit without a readable ExecStart="
     elif old is None or new is None:
@@ -81,7 +77,7 @@ def plan(current, wanted):
         out["why"] = "the same adapters"
     elif old_base != new_base:
         out["why"] = "other settings change too"
-    elif "--enable-lora" not in shlex.split(new_base.split("ExecStart=", 1)[1].splitlines()[0]):
+    elif "--enable-lora" not in new_words:
         out["why"] = "LoRA is not enabled"
     else:
         load = [{"name": n, "path": p} for n, p in new.items() if old.get(n) != p]

@@ -209,10 +209,12 @@ def _staged(staged):
     except (TypeError, ValueError):
         size, took = "? MiB", ""
     verb = "would stage" if str(staged.get("check_mode")).lower() == "true" else "staged"
-    hub = ""
-    if str(staged.get("downloaded") or 0) not in ("0", ""):
-        how = "would be downloaded" if verb == "would stage" else "downloaded"
-        hub = "; %s of them %s from the hub" % (staged["downloaded"], how)
+    try:
+        downloaded = int(staged.get("downloaded") or 0)
+    except (TypeError, ValueError):
+        downloaded = 0
+    how = "would be downloaded" if verb == "would stage" else "downloaded"
+    hub = "; %d of them %s from the hub" % (downloaded, how) if downloaded else ""
     return "%s %s (%s files, %s%s%s)" % (verb, staged.get("label") or "the model", staged.get("files", "?"), size,
                                          took, hub)
 

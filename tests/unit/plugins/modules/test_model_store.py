@@ -84,3 +84,20 @@ def test_prune(run_module, tmp_path):
     assert result["removed"] == ["r2"] and result["kept"] == ["r1", "r3"] and not os.path.exists(str(store / "r2"))
     failed, result = run_module(model_store, {"operation": "prune", "path": str(store), "keep": 0})
     assert failed and "keep: must be at least 1" in result["msg"]
+
+
+def test_promote_of_a_folder_hashed_while_written_checks_its_shape(tmp_path):
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._model_store import promote
+    store = tmp_path / "tiny"
+    staging, target = str(store / ".fetching-r1"), str(store / "r1")
+    _write(staging, {"config.json": FILES["config.json"]})          # model.safetensors missing
+    result = promote(staging, target, _parse(MANIFEST), hashed=True)
+    assert not result["verified"] and result["missing"] == ["model.safetensors"]
+    assert not os.path.exists(staging) and not os.path.exists(target)
+    _write(staging, FILES)
+    assert promote(staging, target, _parse(MANIFEST), hashed=True)["verified"] and os.path.isdir(target)
+
+
+def _parse(text):
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._model_store import parse_manifest
+    return parse_manifest(text)

@@ -31,14 +31,19 @@ def unit(adapters=None, **settings):
         return Templar(loader=DataLoader(), variables=variables).template(trust_as_template(f.read()))
 
 
+def _lora_words(words):
+    return [w for w in words if w.startswith(("a=", "b=")) or w == "--lora-modules"]
+
+
 A, B, B2 = "/var/lib/vllm/models/loras/a/r1", "/var/lib/vllm/models/loras/b/r1", "/var/lib/vllm/models/loras/b/r2"
 
 
 def test_the_unit_lists_the_adapters_and_they_are_read_back():
     text = unit({"a": A, "b": B})
     assert '"--lora-modules" "a=%s" "b=%s"' % (A, B) in text
-    base, modules = split_unit(text)
+    base, words, modules = split_unit(text)
     assert modules == {"a": A, "b": B} and "lora-modules" not in base and "--max-loras" in base
+    assert "--max-loras" in words and _lora_words(words) == []
 
 
 @pytest.mark.parametrize("old, new, load, unload", [
