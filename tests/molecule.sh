@@ -8,6 +8,7 @@ bash "$HERE/hosts/setup-host.sh"
 bash "$HERE/hosts/build-image.sh"
 # molecule keeps its state under $HOME/.cache/molecule: give it one of ours
 export HOME="$HOSTS_STATE/home"; mkdir -p "$HOME"
+[ -z "$KVFLEET_ARTIFACTS" ] || mkdir -p "$KVFLEET_ARTIFACTS"
 scenarios="${*:-server fleet}"
 cd "$KVFLEET_COLLECTION_COPY"
 for s in $scenarios; do

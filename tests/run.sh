@@ -5,7 +5,8 @@
 #   lint    ansible-lint --profile production
 #   sanity  ansible-test sanity (Python 3.11, ansible-core 2.19)
 #   units   ansible-test units: parser, normaliser, diagnosis, flags, modules, fake NVML
-#   latest  sanity and units again with the newest ansible-core on Python 3.13
+#   latest  sanity and units again with the newest ansible-core on Python 3.13; the Grafana
+#           dashboard against Grafana's schema (tests/support/grafana_schema.py)
 #   build   galaxy tarball: contents, install into an empty path, ansible-doc and a module from
 #           it, the execution environment through ansible-builder create
 #   bench   the benchmarks in smoke mode (one repetition, smallest sizes), so they cannot rot
@@ -50,7 +51,8 @@ stage_units() {
 stage_latest() {
   (cd "$KVFLEET_COLLECTION_COPY" && export PATH="$KVFLEET_TOOLS_LATEST/bin:$PATH" &&
    ansible-test sanity --venv --python "$KVFLEET_LATEST_PY" --color no &&
-   ansible-test units --venv --python "$KVFLEET_LATEST_PY" --color no)
+   ansible-test units --venv --python "$KVFLEET_LATEST_PY" --color no &&
+   PYTHONPATH="$KVFLEET_COLLECTIONS" python tests/support/grafana_schema.py)
 }
 stage_live() {
   (cd "$KVFLEET_COLLECTION_COPY" && python -m pytest -p no:cacheprovider -v tests/live)

@@ -40,14 +40,16 @@ if want tools; then
 fi
 
 if want latest; then
-  # the newest ansible-core on the newest Python here, for units and sanity only
-  h="ansible-core==$KVFLEET_LATEST_CORE python$KVFLEET_LATEST_PY"
+  # the newest ansible-core on the newest Python here, for units and sanity; and Grafana's schema
+  # models (grafana-foundation-sdk needs Python >= 3.12) for tests/support/grafana_schema.py
+  gsdk='grafana-foundation-sdk==1769699998!10.1.0'
+  h="ansible-core==$KVFLEET_LATEST_CORE python$KVFLEET_LATEST_PY $gsdk"
   if ! stamp_ok "$KVFLEET_TOOLS_LATEST/.stamp" "$h"; then
     log "tool venv with ansible-core $KVFLEET_LATEST_CORE on Python $KVFLEET_LATEST_PY"
     py=$(ls -d /root/.pyenv/versions/$KVFLEET_LATEST_PY*/bin/python3 2>/dev/null | tail -1)
     [ -n "$py" ] || py=$(command -v "python$KVFLEET_LATEST_PY")
     rm -rf "$KVFLEET_TOOLS_LATEST"; "$py" -m venv "$KVFLEET_TOOLS_LATEST"
-    "$KVFLEET_TOOLS_LATEST/bin/pip" install -q "ansible-core==$KVFLEET_LATEST_CORE" 2>&1 | { grep -v 'is ignored' || true; }
+    "$KVFLEET_TOOLS_LATEST/bin/pip" install -q "ansible-core==$KVFLEET_LATEST_CORE" "$gsdk" 2>&1 | { grep -v 'is ignored' || true; }
     "$KVFLEET_TOOLS_LATEST/bin/ansible-test" --version >/dev/null
     echo "$h" > "$KVFLEET_TOOLS_LATEST/.stamp"
   fi

@@ -95,8 +95,7 @@ def dashboard(settings=None):
              "allValue": ".*", "refresh": 2,
              "datasource": {"type": "prometheus", "uid": "${datasource}"},
              "query": {"query": 'label_values(vllm:num_requests_running{job="%s"}, instance)' % s["job"],
-                       "refId": "instances"},
-             "definition": 'label_values(vllm:num_requests_running{job="%s"}, instance)' % s["job"]}]},
+                       "refId": "instances"}}]},
         "annotations": {"list": [
             {"name": "vLLM (re)starts", "enable": True, "iconColor": "orange",
              "datasource": {"type": "prometheus", "uid": "${datasource}"},

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import finite, history_series
 
-__all__ = ["COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "charts_html", "deploy_lines", "diagnosis_rows",
+__all__ = ["COLOURS", "COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "charts_html", "deploy_lines", "diagnosis_rows",
            "end_rows", "kv_sizing", "svg_chart", "table_lines"]
 
 COLUMNS = (("HOST", 20), ("INSTANCE", 10), ("VERSION", 9), ("VERDICT", 10), ("CAUSES", 36),
@@ -93,31 +93,38 @@ def _esc(text):
             .replace('"', "&quot;"))
 
 
-_COLOURS = ("#1f77b4", "#d62728", "#2ca02c")
+# Grafana's classic palette: the report draws up to 3 series a chart, the dashboard rendering more
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
 _W, _H, _PAD = 240, 64, 4
 
 
-def svg_chart(title, points, series, scale=1.0, unit="", y_max=None):
-    """One small line chart as inline SVG (no script, no external asset): points are dicts with
-    't' and the keys of `series` ([(key, label)]); a None value breaks its line, a point with
-    'error' gets a red tick at the bottom. The y axis runs from 0 to y_max (or the largest value)."""
+def svg_chart(title, points, series, scale=1.0, unit="", y_max=None, size=(_W, _H), legend=True):
+    """One line chart as inline SVG (no script, no external asset): points are dicts with
+    't' and the keys of `series` ([(key, label)], coloured by COLOURS in turn); a None value breaks
+    its line, a point with 'error' gets a red tick at the bottom. The y axis runs from 0 to y_max
+    (or the largest value). `legend` False leaves the labels to the caller (only the title and
+    the top of the axis are written under the chart)."""
+    width, height = size
     pts = [p for p in points if _is_number(p.get("t"))]
     values = [p[k] * scale for p in pts for k, _l in series if _is_number(p.get(k))]
     top = y_max if y_max is not None else max(values + [0])
     top = top if top > 0 else 1
     t0 = min([p["t"] for p in pts] or [0])
     span = max([p["t"] for p in pts] or [0]) - t0 or 1
+    colours = [COLOURS[i % len(COLOURS)] for i in range(len(series))]
 
     def x(t):
-        return _PAD + (t - t0) / span * (_W - 2 * _PAD)
+        return _PAD + (t - t0) / span * (width - 2 * _PAD)
 
     def y(v):
-        return _H - _PAD - min(v, top) / top * (_H - 2 * _PAD)
+        return height - _PAD - min(v, top) / top * (height - 2 * _PAD)
 
     parts = ['<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="%d" height="%d" '
-             'viewBox="0 0 %d %d" role="img" aria-label="%s">' % (_W, _H + 16, _W, _H + 16, _esc(title)),
-             '<rect x="0" y="0" width="%d" height="%d" fill="#fafafa" stroke="#ddd"/>' % (_W, _H)]
-    for colour, (key, _label) in zip(_COLOURS, series):
+             'viewBox="0 0 %d %d" role="img" aria-label="%s">'
+             % (width, height + 16, width, height + 16, _esc(title)),
+             '<rect x="0" y="0" width="%d" height="%d" fill="#fafafa" stroke="#ddd"/>' % (width, height)]
+    for colour, (key, _label) in zip(colours, series):
         run = []
         for p in pts + [{"t": None}]:
             if _is_number(p.get("t")) and _is_number(p.get(key)):
@@ -133,11 +140,11 @@ def svg_chart(title, points, series, scale=1.0, unit="", y_max=None):
     for p in pts:
         if p.get("error"):
             parts.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#d62728" stroke-width="2"/>'
-                         % (x(p["t"]), _H - 1, x(p["t"]), _H - 7))
-    legend = " ".join('<tspan fill="%s">&#9632; %s</tspan>' % (c, _esc(label))
-                      for c, (_k, label) in zip(_COLOURS, series))
+                         % (x(p["t"]), height - 1, x(p["t"]), height - 7))
+    labels = " ".join('<tspan fill="%s">&#9632; %s</tspan>' % (c, _esc(label))
+                      for c, (_k, label) in zip(colours, series)) if legend else ""
     parts.append('<text x="2" y="%d" font-size="10">%s %s (max %s%s)</text>'
-                 % (_H + 12, _esc(title), legend, _esc("%g" % round(top, 2)), _esc(unit)))
+                 % (height + 12, _esc(title), labels, _esc("%g" % round(top, 2)), _esc(unit)))
     parts.append("</svg>")
     return "".join(parts)
 

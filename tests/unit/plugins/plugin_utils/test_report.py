@@ -132,6 +132,24 @@ def test_svg_chart_without_values():
     assert root.findall("{http://www.w3.org/2000/svg}polyline") == []
 
 
+
+def test_svg_chart_sized_with_many_series_and_the_legend_left_out():
+    # the dashboard rendering (tests/support/render_dashboard.py) draws wide charts of up to a
+    # dozen series and writes their legend itself
+    import xml.etree.ElementTree as ET
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import COLOURS, svg_chart
+    series = [("s%d" % i, "series %d" % i) for i in range(12)]
+    pts = [dict({"t": t}, **{k: t * i for i, (k, _l) in enumerate(series)}) for t in (0, 1)]
+    root = ET.fromstring(svg_chart("wide", pts, series, size=(600, 100), legend=False))
+    ns = "{http://www.w3.org/2000/svg}"
+    assert (root.get("width"), root.get("height")) == ("600", "116")
+    assert root.find(ns + "rect").get("width") == "600"
+    # every series is drawn, colours repeating after the palette's ten
+    assert [ln.get("stroke") for ln in root.findall(ns + "polyline")] == list(COLOURS) + list(COLOURS[:2])
+    assert max(float(p.split(",")[0]) for ln in root.findall(ns + "polyline") for p in ln.get("points").split()) > 590
+    text = "".join(root.itertext())
+    assert "series" not in text and text.startswith("wide")
+
 def test_charts_prefer_the_monitor_history_and_rank_rows_worst_first():
     from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import charts_html, diagnosis_rows
     samples = [{"time": 100.0 + 2 * i, "kv_cache_usage": 0.2, "requests_running": 2, "requests_waiting": 5,
