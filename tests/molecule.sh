@@ -10,6 +10,8 @@ bash "$HERE/hosts/build-image.sh"
 export HOME="$HOSTS_STATE/home"; mkdir -p "$HOME"
 [ -z "$KVFLEET_ARTIFACTS" ] || mkdir -p "$KVFLEET_ARTIFACTS"
 scenarios="${*:-server fleet}"
+# the fleet scenario's verify starts a router host of its own (not a Molecule platform)
+trap 'podman rm -f -t 5 kvfleet-router >/dev/null 2>&1 || true' EXIT
 cd "$KVFLEET_COLLECTION_COPY"
 for s in $scenarios; do
   t0=$(date +%s)

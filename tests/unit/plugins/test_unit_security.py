@@ -28,6 +28,8 @@ UNITS = {
     "kvfleet-vllm-monitor.service": ("monitor", "monitor.service.j2", {"cpu": 1.4, "cuda": 1.6}),
     "kvfleet-vllm-restart.service": ("scheduled_restart", "restart.service.j2", 1.8),
     "kvfleet-vllm-watchdog.service": ("monitor", "watchdog.service.j2", 1.8),
+    # DynamicUser, no capabilities, read-only system: it needs the network and its venv only
+    "kvfleet-vllm-router.service": ("router", "router.service.j2", 1.3),
 }
 
 
@@ -44,7 +46,7 @@ def _trusted(value):
 
 def _role_vars(device):
     variables = {}
-    for role in ("hosttools", "server", "monitor", "scheduled_restart"):
+    for role in ("hosttools", "server", "monitor", "scheduled_restart", "router"):
         for part in ("defaults", "vars"):
             with open(os.path.join(ROLES, role, part, "main.yml"), encoding="utf-8") as f:
                 variables.update(_trusted(yaml.safe_load(f) or {}))
@@ -65,7 +67,7 @@ def render(device, out_dir):
     if device == "cuda":
         instance["cuda_visible_devices"] = "0"
     instances, _warnings = build([instance], settings)
-    variables.update(item=instances[0], ansible_local={
+    variables.update(item=instances[0], _router_backends=["http://10.0.0.5:8000", "http://10.0.0.6:8000"], ansible_local={
         "kvfleet_vllm_server": {"current": {"instances": [instances[0]["record"]]}}})
     paths = {}
     for name, (role, template, _limit) in UNITS.items():
