@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Schema check of the Grafana dashboard the prometheus role provisions (issue 15, item 3).
 
 Grafana itself cannot be installed here, so the dashboard is checked against Grafana's own schema

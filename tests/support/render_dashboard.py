@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Draw the kvfleet.vllm Grafana dashboard's panels from a real Prometheus, as one HTML page.
 
 Grafana cannot be installed here (issue 15, item 3), so this stands in for its rendering: each

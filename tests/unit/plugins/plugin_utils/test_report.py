@@ -132,7 +132,6 @@ def test_svg_chart_without_values():
     assert root.findall("{http://www.w3.org/2000/svg}polyline") == []
 
 
-
 def test_svg_chart_sized_with_many_series_and_the_legend_left_out():
     # the dashboard rendering (tests/support/render_dashboard.py) draws wide charts of up to a
     # dozen series and writes their legend itself
@@ -149,6 +148,7 @@ def test_svg_chart_sized_with_many_series_and_the_legend_left_out():
     assert max(float(p.split(",")[0]) for ln in root.findall(ns + "polyline") for p in ln.get("points").split()) > 590
     text = "".join(root.itertext())
     assert "series" not in text and text.startswith("wide")
+
 
 def test_charts_prefer_the_monitor_history_and_rank_rows_worst_first():
     from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import charts_html, diagnosis_rows
