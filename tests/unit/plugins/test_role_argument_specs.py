@@ -29,7 +29,7 @@ def test_defaults_and_argument_specs_agree(role):
 def test_role_variables_carry_the_role_prefix(role):
     prefix = {"server": "vllm_server_", "scheduled_restart": "vllm_restart_",
               "monitor": "vllm_monitor_", "hosttools": "kvfleet_hosttools_",
-              "prometheus": "vllm_prometheus_"}[role]
+              "prometheus": "vllm_prometheus_", "router": "vllm_router_"}[role]
     assert all(name.startswith(prefix) for name in load(role, "defaults", "main.yml"))
 
 
