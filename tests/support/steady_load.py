@@ -17,7 +17,8 @@ import os
 import sys
 import threading
 import time
-import urllib.request
+
+from inflight import complete  # the same request and the same outcomes as the graceful-stop tests
 
 args = sys.argv[1:]
 requests_n = None
@@ -34,23 +35,8 @@ results = []
 
 
 def one(i):
-    body = json.dumps({"model": "tiny-llama", "prompt": "def class return %d" % i,
-                       "max_tokens": max_tokens, "ignore_eos": True, "temperature": 1.0}).encode()
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = "Bearer " + key
-    t0 = time.time()
-    try:
-        req = urllib.request.Request(url + "/v1/completions", data=body, headers=headers)
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            data = json.load(resp)
-        choice = data["choices"][0]
-        done = choice["finish_reason"] == "length" and data["usage"]["completion_tokens"] == max_tokens
-        r = {"outcome": "complete" if done else "truncated", "finish_reason": choice["finish_reason"],
-             "tokens": data["usage"]["completion_tokens"]}
-    except Exception as exc:  # every way a client can fail counts
-        r = {"outcome": "failed", "error": repr(exc)[:200]}
-    r.update(start=t0, seconds=time.time() - t0)
+    r = complete(url, i, max_tokens, key)
+    r["start"] = time.time() - r["seconds"]
     with lock:
         results.append(r)
 
