@@ -313,6 +313,90 @@ def bench_rollout(reps, smoke):
     return out
 
 
+ROUTER = "kvfleet-router"
+ROUTER_ADDRESS = "10.88.0.64"  # the fleet scenario's router address, outside the nodes' range
+
+
+def bench_router(reps, smoke):
+    """Needs the demo fleet (bash tests/demo.sh up). vllm-router (kvfleet.vllm.router) on a fourth
+    host in front of the three; a steady load (4 clients, 32 tokens a request) through it while
+    kvfleet.vllm.deploy changes a flag on every host, one host per batch: once with the router as
+    the deploy's drain step (vllm_deploy_routers), once without it (the baseline: the router only
+    has its own health checks). Also the router's added latency: 20 requests each way."""
+    eph = fleet_ephemeral()
+    inv = os.path.join(eph, "inventory")
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(eph, "ansible.cfg"))
+    work = tempfile.mkdtemp(prefix="kvfleet-bench-router-")
+    support = os.path.join(ROOT, "tests", "support")
+    host = json.loads(subprocess.run(["ansible-inventory", "-i", inv, "--host", "kvfleet-node1"], env=env,
+                                     capture_output=True, text=True, check=True).stdout)
+    key_file = os.path.join(work, "key")
+    with os.fdopen(os.open(key_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(host.get("vllm_server_api_key", ""))
+    router_inv = os.path.join(work, "router-inventory.yml")
+    with open(router_inv, "w") as f:
+        f.write("vllm_routers:\n  hosts:\n    %s:\n      ansible_connection: containers.podman.podman\n"
+                "      ansible_python_interpreter: /usr/bin/python3\n" % ROUTER)
+    router_url = "http://%s:30000" % ROUTER_ADDRESS
+    out = {"latency": {}, "runs": []}
+    try:
+        subprocess.run(["podman", "run", "-d", "--replace", "--name", ROUTER, "--hostname", ROUTER,
+                        "--systemd=always", "--cap-add", "SYS_ADMIN", "--ip", ROUTER_ADDRESS, "-v",
+                        os.path.join(os.environ["KVFLEET_CACHE"], "wheelhouse") + ":/wheelhouse:ro",
+                        os.environ["KVFLEET_IMAGE"], "/lib/systemd/systemd"], check=True, stdout=subprocess.DEVNULL)
+        for _ in range(60):
+            if subprocess.run(["podman", "exec", ROUTER, "systemctl", "is-system-running"], capture_output=True,
+                              text=True, check=False).stdout.strip() in ("running", "degraded"):
+                break
+            time.sleep(1)
+        subprocess.run(["ansible-playbook", "-i", inv, "-i", router_inv, "kvfleet.vllm.router", "-e",
+                        "vllm_router_wheelhouse=/wheelhouse", "-e", "vllm_router_host=0.0.0.0", "-e",
+                        "vllm_router_unauthenticated_admin_ok=true", "-e", "vllm_router_health_check_interval=2"],
+                       env=env, check=True, stdout=subprocess.DEVNULL)
+
+        def load(url, concurrency, tokens, name, requests=None):
+            stop, result = os.path.join(work, name + ".stop"), os.path.join(work, name + ".json")
+            argv = [sys.executable, os.path.join(support, "steady_load.py"), url, key_file, str(concurrency),
+                    str(tokens), stop, result] + (["--requests", str(requests)] if requests else [])
+            proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=support), stdout=subprocess.DEVNULL)
+            return proc, stop, result
+
+        # the inventory's vllm_server_host is a template of this address
+        direct_url = "http://%s:8000" % host["vllm_prometheus_address"]
+        for name, url in (("router", router_url), ("direct", direct_url)):
+            proc, _stop, result = load(url, 1, 16, "latency-" + name, requests=20)
+            proc.wait()
+            with open(result) as f:
+                out["latency"][name] = json.load(f)
+        for rep in range(reps):
+            for playbook, drain in (("deploy", True), ("deploy", False), ("rolling_restart", True)):
+                seqs = 3 + len(out["runs"]) % 2  # a flag change on every host, every deploy
+                name = "%s-%s-%d" % (playbook, "router" if drain else "norouter", rep)
+                extra = {"vllm_deploy_serial": 1, "vllm_deploy_routers": [ROUTER] if drain else []}
+                if playbook == "deploy":
+                    extra.update(vllm_server_max_num_seqs=seqs, vllm_deploy_report_dir=os.path.join(work, name))
+                else:
+                    extra.update(vllm_rolling_restart_hosts="vllm")
+                proc, stop, result = load(router_url, 4, 32, name)
+                time.sleep(5)
+                t0 = time.time()
+                argv = ["ansible-playbook", "-i", inv, "-i", router_inv, "kvfleet.vllm." + playbook,
+                        "-e", json.dumps(extra)]
+                rc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=False).returncode
+                wall = time.time() - t0
+                open(stop, "w").close()
+                proc.wait(timeout=600)
+                with open(result) as f:
+                    counts = json.load(f)
+                out["runs"].append({"playbook": playbook, "router_drain": drain, "deploy_rc": rc,
+                                    "deploy_seconds": wall, "max_num_seqs": seqs if playbook == "deploy" else None,
+                                    "load": counts})
+    finally:
+        subprocess.run(["podman", "rm", "-f", "-t", "5", ROUTER], check=False, capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
 def podman_inventory(inv):
     """The demo's inventory with podman's own connection for every host (host_vars win over the
     inventory file's host entries)."""
@@ -484,6 +568,31 @@ def markdown(res):
                 ("%.3f" % (r["cpu_s"] / ref["cpu_s"])) if ref else "-",
                 {True: "yes", False: "NO", None: "-"}[r.get("same_rows_as_per_host")]))
         lines.append("")
+    if "router" in res:
+        r = res["router"]
+        lat = r["latency"]
+        lines += ["## 7. A rolling deploy and restart under load behind vllm-router", "",
+                  "Demo fleet (3 hosts) and `kvfleet.vllm.router` on a fourth; 4 clients send one "
+                  "completion after another (32 tokens, ignore_eos) through the router while "
+                  "`kvfleet.vllm.deploy` changes `--max-num-seqs` on every host, one host per batch, and "
+                  "while `kvfleet.vllm.rolling_restart` restarts every host. Baseline in the same run: the same deploy without the router as its drain step "
+                  "(the router's own health checks only, every 2 s). Complete: HTTP 200 with every "
+                  "token; truncated: HTTP 200 cut short; failed: everything else.", "",
+                  "| playbook | drain step | exit | wall | sent | complete | truncated | failed | median (complete) |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for run in r["runs"]:
+            ld = run["load"]
+            lines.append("| %s | %s | %d | %.0f s | %d | %d | %d | %d | %s |" % (
+                "deploy, max-num-seqs %d" % run["max_num_seqs"] if run.get("playbook", "deploy") == "deploy"
+                else "rolling_restart", "router: remove, wait idle, add" if run["router_drain"] else "none",
+                run["deploy_rc"], run["deploy_seconds"], ld["sent"], ld["complete"], ld["truncated"],
+                ld["failed"], "%.2f s" % ld["median_seconds"] if ld["median_seconds"] is not None else "-"))
+        if lat.get("router") and lat.get("direct"):
+            lines += ["", "Added latency, 20 requests one after the other (16 tokens), idle fleet: median "
+                      "%.3f s through the router, %.3f s direct to one host (ratio %.2f)." % (
+                          lat["router"]["median_seconds"], lat["direct"]["median_seconds"],
+                          lat["router"]["median_seconds"] / lat["direct"]["median_seconds"])]
+        lines.append("")
     lines += ["## How to read this", "",
               "- Ratios compare two things measured in the same run on the same machine; absolute "
               "times drift on a shared 2-core machine.",
@@ -524,13 +633,13 @@ def bench_fleetdiag(reps, smoke):
 
 
 BENCHES = {"fleetdiag": bench_fleetdiag, "scrape": bench_scrape, "capacity": bench_capacity, "gate": bench_gate,
-           "restart": bench_restart, "rollout": bench_rollout}
+           "restart": bench_restart, "rollout": bench_rollout, "router": bench_router}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     ap.add_argument("--smoke", action="store_true", help="one repetition, smallest sizes")
-    ap.add_argument("--fleet", action="store_true", help="also the rollout on the demo fleet")
+    ap.add_argument("--fleet", action="store_true", help="also the rollout and the router on the demo fleet")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--fleet-reps", type=int, default=1, help="repetitions of the rollout (minutes each)")
     ap.add_argument("--only", help="comma-separated: " + ",".join(BENCHES))
@@ -544,7 +653,7 @@ def main():
             f.write(text + "\n")
         return 0
     names = args.only.split(",") if args.only else ["scrape", "capacity", "gate", "restart", "fleetdiag"] + (
-        ["rollout"] if args.fleet else [])
+        ["rollout", "router"] if args.fleet else [])
     reps = 1 if args.smoke else args.reps
     res = {}
     previous = os.path.join(args.out, "results.json")
@@ -556,7 +665,7 @@ def main():
     for name in names:
         t0 = time.time()
         print("[bench] %s ..." % name, flush=True)
-        res[name] = BENCHES[name](args.fleet_reps if name == "rollout" and not args.smoke else reps, args.smoke)
+        res[name] = BENCHES[name](args.fleet_reps if name in ("rollout", "router") and not args.smoke else reps, args.smoke)
         res[name]["bench_seconds"] = time.time() - t0
         print("[bench] %s done in %.0f s" % (name, time.time() - t0), flush=True)
     os.makedirs(args.out, exist_ok=True)

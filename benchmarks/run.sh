@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks of kvfleet.vllm against the alternatives, in the same run. README "Benchmarks".
 #   bash benchmarks/run.sh                 all but the fleet rollout; writes benchmarks/RESULTS.md + results.json
-#   bash benchmarks/run.sh --fleet         also the rollout on the demo fleet (bash tests/demo.sh up first)
+#   bash benchmarks/run.sh --fleet         also the rollout and the router on the demo fleet (bash tests/demo.sh up first)
 #   bash benchmarks/run.sh --smoke --out DIR   one repetition, smallest sizes (what CI runs)
 #   bash benchmarks/run.sh --only scrape,capacity
 #   bash benchmarks/run.sh --only fleetdiag  diagnose per host vs from the controller, 100 and 1000 hosts (~10 min)
