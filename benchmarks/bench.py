@@ -372,17 +372,20 @@ def bench_router(reps, smoke):
             for playbook, drain in (("deploy", True), ("deploy", False), ("rolling_restart", True)):
                 seqs = 3 + len(out["runs"]) % 2  # a flag change on every host, every deploy
                 name = "%s-%s-%d" % (playbook, "router" if drain else "norouter", rep)
-                extra = {"vllm_deploy_serial": 1, "vllm_deploy_routers": [ROUTER] if drain else []}
+                # both playbooks default to every host of the inventory, and the router host is in it
+                extra = {"vllm_deploy_serial": 1, "vllm_deploy_routers": [ROUTER] if drain else [],
+                         "vllm_deploy_hosts": "vllm", "vllm_rolling_restart_hosts": "vllm"}
                 if playbook == "deploy":
                     extra.update(vllm_server_max_num_seqs=seqs, vllm_deploy_report_dir=os.path.join(work, name))
-                else:
-                    extra.update(vllm_rolling_restart_hosts="vllm")
                 proc, stop, result = load(router_url, 4, 32, name)
                 time.sleep(5)
                 t0 = time.time()
                 argv = ["ansible-playbook", "-i", inv, "-i", router_inv, "kvfleet.vllm." + playbook,
                         "-e", json.dumps(extra)]
-                rc = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, check=False).returncode
+                with open(os.path.join(work, name + ".log"), "w") as log:
+                    rc = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+                if rc:
+                    print("[bench] router: %s exited %d, its output: %s" % (name, rc, log.name), flush=True)
                 wall = time.time() - t0
                 open(stop, "w").close()
                 proc.wait(timeout=600)
@@ -393,7 +396,7 @@ def bench_router(reps, smoke):
                                     "load": counts})
     finally:
         subprocess.run(["podman", "rm", "-f", "-t", "5", ROUTER], check=False, capture_output=True)
-        shutil.rmtree(work, ignore_errors=True)
+        os.unlink(key_file)  # the playbooks' outputs stay in work for a failed run's reader
     return out
 
 
