@@ -319,7 +319,7 @@ ROUTER_ADDRESS = "10.88.0.64"  # the fleet scenario's router address, outside th
 
 def bench_router(reps, smoke):
     """Needs the demo fleet (bash tests/demo.sh up). vllm-router (kvfleet.vllm.router) on a fourth
-    host in front of the three; a steady load (4 clients, 32 tokens a request) through it while
+    host in front of the three; a steady load (2 clients, 32 tokens a request, 1 s apart) through it while
     kvfleet.vllm.deploy changes a flag on every host, one host per batch: once with the router as
     the deploy's drain step (vllm_deploy_routers), once without it (the baseline: the router only
     has its own health checks). Also the router's added latency: 20 requests each way."""
@@ -356,8 +356,10 @@ def bench_router(reps, smoke):
 
         def load(url, concurrency, tokens, name, requests=None):
             stop, result = os.path.join(work, name + ".stop"), os.path.join(work, name + ".json")
+            # 1 s between a client's requests: the demo's vLLMs share one core, and a load that
+            # never pauses starved the restarting one (no /health within 300 s, 2026-12-03)
             argv = [sys.executable, os.path.join(support, "steady_load.py"), url, key_file, str(concurrency),
-                    str(tokens), stop, result] + (["--requests", str(requests)] if requests else [])
+                    str(tokens), stop, result] + (["--requests", str(requests)] if requests else ["--pause", "1"])
             proc = subprocess.Popen(argv, env=dict(os.environ, PYTHONPATH=support), stdout=subprocess.DEVNULL)
             return proc, stop, result
 
@@ -377,7 +379,7 @@ def bench_router(reps, smoke):
                          "vllm_deploy_hosts": "vllm", "vllm_rolling_restart_hosts": "vllm"}
                 if playbook == "deploy":
                     extra.update(vllm_server_max_num_seqs=seqs, vllm_deploy_report_dir=os.path.join(work, name))
-                proc, stop, result = load(router_url, 4, 32, name)
+                proc, stop, result = load(router_url, 2, 32, name)
                 time.sleep(5)
                 t0 = time.time()
                 argv = ["ansible-playbook", "-i", inv, "-i", router_inv, "kvfleet.vllm." + playbook,
@@ -575,8 +577,8 @@ def markdown(res):
         r = res["router"]
         lat = r["latency"]
         lines += ["## 7. A rolling deploy and restart under load behind vllm-router", "",
-                  "Demo fleet (3 hosts) and `kvfleet.vllm.router` on a fourth; 4 clients send one "
-                  "completion after another (32 tokens, ignore_eos) through the router while "
+                  "Demo fleet (3 hosts) and `kvfleet.vllm.router` on a fourth; 2 clients send one "
+                  "completion after another, 1 s apart (32 tokens, ignore_eos), through the router while "
                   "`kvfleet.vllm.deploy` changes `--max-num-seqs` on every host, one host per batch, and "
                   "while `kvfleet.vllm.rolling_restart` restarts every host. Baseline in the same run: the same deploy without the router as its drain step "
                   "(the router's own health checks only, every 2 s). Complete: HTTP 200 with every "

@@ -2,9 +2,11 @@
 until STOP_FILE exists; then it waits for what is in flight and writes one JSON summary to OUT.
 Stdlib only. Used by the fleet scenario to count what a rolling restart behind the router loses.
 
-usage: steady_load.py URL KEY_FILE CONCURRENCY MAX_TOKENS STOP_FILE OUT [--requests N]
+usage: steady_load.py URL KEY_FILE CONCURRENCY MAX_TOKENS STOP_FILE OUT [--requests N] [--pause S]
   KEY_FILE   holds the API key (never on a command line); empty file: no key
   --requests N   instead of running until STOP_FILE: N requests one after the other (latency)
+  --pause S      each client waits S seconds between its requests (a load that leaves a 2-core
+                 test machine room to start the vLLM being restarted)
 
 Each request asks for MAX_TOKENS tokens with ignore_eos, so "answered in full" is exact:
 HTTP 200, finish_reason length and completion_tokens == MAX_TOKENS. "truncated" is an HTTP 200
@@ -26,6 +28,11 @@ if "--requests" in args:
     i = args.index("--requests")
     requests_n = int(args[i + 1])
     del args[i:i + 2]
+pause = 0.0
+if "--pause" in args:
+    i = args.index("--pause")
+    pause = float(args[i + 1])
+    del args[i:i + 2]
 url, key_file, concurrency, max_tokens, stop_file, out = args
 concurrency, max_tokens = int(concurrency), int(max_tokens)
 with open(key_file) as f:
@@ -46,6 +53,7 @@ def client(c):
     while not os.path.exists(stop_file):
         one(c * 100000 + n)
         n += 1
+        time.sleep(pause)
 
 
 t_start = time.time()
