@@ -344,7 +344,7 @@ def bench_router(reps, smoke):
                         "--systemd=always", "--cap-add", "SYS_ADMIN", "--ip", ROUTER_ADDRESS, "-v",
                         os.path.join(os.environ["KVFLEET_CACHE"], "wheelhouse") + ":/wheelhouse:ro",
                         os.environ["KVFLEET_IMAGE"], "/lib/systemd/systemd"], check=True, stdout=subprocess.DEVNULL)
-        for _ in range(60):
+        for _attempt in range(60):
             if subprocess.run(["podman", "exec", ROUTER, "systemctl", "is-system-running"], capture_output=True,
                               text=True, check=False).stdout.strip() in ("running", "degraded"):
                 break
