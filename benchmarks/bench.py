@@ -322,7 +322,9 @@ def bench_router(reps, smoke):
     host in front of the three; a steady load (2 clients, 32 tokens a request, 1 s apart) through it while
     kvfleet.vllm.deploy changes a flag on every host, one host per batch: once with the router as
     the deploy's drain step (vllm_deploy_routers), once without it (the baseline: the router only
-    has its own health checks). Also the router's added latency: 20 requests each way."""
+    has its own health checks); then kvfleet.vllm.rolling_restart with the router step. Also the
+    router's added latency: 20 requests each way. The router host is started as the fleet
+    scenario's verify.yml starts it (same image, address and role settings)."""
     eph = fleet_ephemeral()
     inv = os.path.join(eph, "inventory")
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(eph, "ansible.cfg"))
