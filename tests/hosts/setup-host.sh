@@ -15,10 +15,16 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 mkdir -p "$HOSTS_STATE"/{etc,storage,run,networks}
+# put_file DEST: stdin into DEST, only if it differs, by rename: tests/run.sh's two lanes call
+# this script while podman in the other lane reads these files
+put_file() {
+  local tmp; tmp=$(mktemp "$1.XXXXXX"); cat > "$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else chmod 0644 "$tmp"; mv -f "$tmp" "$1"; fi
+}
 # hard RLIMIT_NOFILE here is 20000 and podman's default (1048576) cannot be set without
 # CAP_SYS_RESOURCE; same for NPROC.
 nofile=$(( $(ulimit -Hn) < 16384 ? $(ulimit -Hn) : 16384 ))
-cat > "$CONTAINERS_CONF" <<CONF
+put_file "$CONTAINERS_CONF" <<CONF
 [containers]
 default_ulimits = ["nofile=${nofile}:${nofile}", "nproc=16384:16384"]
 [network]
@@ -30,7 +36,7 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 tmp_dir = "$HOSTS_STATE/run/libpod"
 CONF
-cat > "$CONTAINERS_STORAGE_CONF" <<CONF
+put_file "$CONTAINERS_STORAGE_CONF" <<CONF
 [storage]
 driver = "overlay"
 runroot = "$HOSTS_STATE/run/storage"
@@ -40,5 +46,7 @@ CONF
 mkdir -p "$HOSTS_STATE/ssh"
 [ -f "$HOSTS_STATE/ssh/id_ed25519" ] ||
   ssh-keygen -q -t ed25519 -N '' -C kvfleet-test-hosts -f "$HOSTS_STATE/ssh/id_ed25519"
-install -m 0600 "$HOSTS_STATE/ssh/id_ed25519.pub" "$HOSTS_STATE/ssh/authorized_keys"
+cmp -s "$HOSTS_STATE/ssh/id_ed25519.pub" "$HOSTS_STATE/ssh/authorized_keys" ||
+  install -m 0600 "$HOSTS_STATE/ssh/id_ed25519.pub" "$HOSTS_STATE/ssh/authorized_keys"
+chmod 0600 "$HOSTS_STATE/ssh/authorized_keys"
 echo "podman configured under $HOSTS_STATE"

@@ -71,10 +71,11 @@ def write_record(tmp_path, path, host_vars):
     return json.loads(path.read_text())["current"]["instances"]
 
 
-def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_server, server_factory):
+def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_server, capped_server):
     # gpu-b's server listens on 127.0.0.2 only: 127.0.0.1 does not reach it (a bind other than
     # the probe's default), and its cap comes from the instance's options.
-    capped = server_factory(kv_bytes=8 * MIB, max_num_seqs=2, host="127.0.0.2")
+    capped = capped_server
+    assert capped.host == "127.0.0.2"
     gpu_b = {"vllm_server_host": "127.0.0.2", "vllm_server_instances": [
         {"name": "main", "port": capped.port, "options": {"max_num_seqs": 2}},
         {"name": "spare", "port": 9}]}   # nothing listens there

@@ -30,7 +30,7 @@ def test_gate_idle_is_healthy_idle(idle_server):
     print("gate wall time with defaults (ansible CLI included): %.1fs" % seconds)
 
 
-def test_tiny_kv_cache_under_load_is_kv_cache_exhausted(server_factory):
+def test_tiny_kv_cache_under_load_is_kv_cache_exhausted_then_engine_down_once_stopped(server_factory):
     srv = server_factory(kv_bytes=2 * MIB, max_num_seqs=16)
     load = under_load(srv, 200, 32, 200, 800)
     try:
@@ -47,10 +47,16 @@ def test_tiny_kv_cache_under_load_is_kv_cache_exhausted(server_factory):
     ev = cause["evidence"]
     assert (ev["kv_cache_usage_max"] >= 0.9 or ev["admits_a_mean_prompt"] is False
             or ev["preemptions_in_window"] >= 3), ev
+    # the same server stopped (one start fewer for the stage): nothing answers, unhealthy
+    url = srv.url
+    srv.stop()
+    failed, result = run_module("cache_gate", {"url": url, "samples": 2, "interval": 1})
+    assert failed and result["verdict"] == "unhealthy"
+    assert [c["id"] for c in result["causes"]] == ["engine_down"], result["causes"]
 
 
-def test_max_num_seqs_2_under_load_is_concurrency_cap_not_exhaustion(server_factory):
-    srv = server_factory(kv_bytes=8 * MIB, max_num_seqs=2)
+def test_max_num_seqs_2_under_load_is_concurrency_cap_not_exhaustion(capped_server):
+    srv = capped_server
     load = under_load(srv, 200, 40, 20, 900)
     try:
         known = run_module("cache_gate", {"url": srv.url, "max_num_seqs": 2, "fail_on": []})
@@ -70,15 +76,3 @@ def test_max_num_seqs_2_under_load_is_concurrency_cap_not_exhaustion(server_fact
     assert known[1]["causes"][0]["evidence"]["engine"] == "0"
     # a server that is plainly serving costs no extension
     assert known[1]["extended_seconds"] == 0.0 and known[1]["pending"] == []
-
-
-def test_stopped_server_is_engine_down(server_factory):
-    srv = server_factory(kv_bytes=8 * MIB, max_num_seqs=16)
-    url = srv.url
-    srv.stop()
-    failed, result = run_module("cache_gate", {"url": url, "samples": 2, "interval": 1})
-    assert failed and result["verdict"] == "unhealthy"
-    assert [c["id"] for c in result["causes"]] == ["engine_down"]
-    assert url + "/metrics" in result["msg"] and "refused" in result["msg"].lower()
-    failed, result = run_module("metrics_info", {"url": url})
-    assert failed and url + "/metrics" in result["msg"] and "refused" in result["msg"].lower()
