@@ -10,9 +10,19 @@ bash "$HERE/hosts/build-image.sh"
 export HOME="$HOSTS_STATE/home"; mkdir -p "$HOME"
 [ -z "$KVFLEET_ARTIFACTS" ] || mkdir -p "$KVFLEET_ARTIFACTS"
 scenarios="${*:-server fleet}"
-# the fleet scenario's verify starts a router host of its own (not a Molecule platform)
-trap 'podman rm -f -t 5 kvfleet-router >/dev/null 2>&1 || true' EXIT
+# the fleet scenario's verify starts a router host of its own (not a Molecule platform); only a
+# run of that scenario removes it (tests/run.sh runs the two scenarios side by side)
+if [[ " $scenarios " == *" fleet "* ]]; then
+  trap 'podman rm -f -t 5 kvfleet-router >/dev/null 2>&1 || true' EXIT
+fi
 cd "$KVFLEET_COLLECTION_COPY"
+# the time before each task, play and handler line: a CI log then shows where a scenario's time went
+stamp() {
+  local l
+  while IFS= read -r l; do
+    case $l in "TASK ["*|"PLAY ["*|"RUNNING HANDLER ["*|INFO*) printf '%(%T)T %s\n' -1 "$l" ;; *) printf '%s\n' "$l" ;; esac
+  done
+}
 for s in $scenarios; do
   t0=$(date +%s)
   if [ "${MOLECULE_STEPS:-}" = 1 ]; then
@@ -20,11 +30,11 @@ for s in $scenarios; do
     # what `molecule test` does with this scenario's test_sequence.
     for step in destroy create prepare check converge idempotence verify destroy; do
       t=$(date +%s)
-      if [ "$step" = check ]; then molecule converge -s "$s" -- --check; else molecule "$step" -s "$s"; fi
+      if [ "$step" = check ]; then molecule converge -s "$s" -- --check; else molecule "$step" -s "$s"; fi 2>&1 | stamp
       echo "TIMING molecule $s $step $(( $(date +%s) - t ))s"
     done
   else
-    molecule test -s "$s"
+    molecule test -s "$s" 2>&1 | stamp
   fi
   echo "TIMING molecule $s $(( $(date +%s) - t0 ))s"
 done

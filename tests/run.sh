@@ -14,23 +14,27 @@
 #   molecule  roles and fleet playbooks on Podman systemd hosts with real vLLM CPU servers
 #   fresh   units and build again inside a pristine Debian 12 container with an empty
 #           cache (tests/fresh.sh): nothing may depend on what this machine already has
-# Two lanes after setup, side by side: the static one (lint sanity units latest build fresh) at
-# nice 19 in a collection copy of its own, and the vLLM one (bench live molecule) in the
-# default copy. The vLLM lane waits on vLLM most of the time (one core busy of two, measured);
-# the static lane only takes what that leaves. Its log is printed when both have finished.
+# Two lanes after setup, side by side, each stopping at its first failing stage:
+#   static: lint sanity units latest build fresh at nice 19, then Molecule's server scenario at
+#           nice 0 (its vLLMs pinned to core 0), in a collection copy of its own;
+#   vLLM:   bench live, then Molecule's fleet scenario (its vLLMs pinned to core 1).
+# The vLLM lane waits on vLLM most of the time (one core of two busy, measured); the static
+# stages only take what it leaves. The static lane's log is printed when both have finished.
 # bash tests/run.sh                 all stages
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/env.sh"
 STAGES="${*:-lint sanity units latest build bench live molecule fresh}"
 declare -a TIMES=()
+# stage NAME FUNCTION [ARG ...]: runs when NAME is chosen; timed as NAME, or NAME-ARG (molecule-fleet)
 stage() {
   local name=$1; shift
   [[ " $STAGES " == *" $name "* ]] || return 0
-  printf '\n===== %s (%s) =====\n' "$name" "$(date +%T)"
+  local key=$name; [ $# -lt 2 ] || key+="-${*:2}"
+  printf '\n===== %s (%s) =====\n' "$key" "$(date +%T)"
   local t0; t0=$(date +%s)
   "$@"
-  TIMES+=("$name=$(( $(date +%s) - t0 ))s")
+  TIMES+=("$key=$(( $(date +%s) - t0 ))s")
 }
 
 t_all=$(date +%s)
@@ -68,7 +72,7 @@ stage_live() {
 }
 stage_build() { bash "$HERE/build.sh"; }
 stage_bench() { bash "$KVFLEET_ROOT/benchmarks/run.sh" --smoke --out "$(mktemp -d)"; }
-stage_molecule() { bash "$HERE/molecule.sh"; }
+stage_molecule() { bash "$HERE/molecule.sh" "$@"; }
 # Units and build prove the tool venv, ansible-test's own venv and the build tools install from
 # nothing; lint and sanity use the same tool venv (bash tests/fresh.sh alone runs them too).
 stage_fresh() { bash "$HERE/fresh.sh" units build; }
@@ -84,7 +88,7 @@ finish() {
   rm -f "$lane_log" "$times_static" "$times_vllm"
 }
 trap finish EXIT
-if any_of lint sanity units latest build fresh; then
+if any_of lint sanity units latest build fresh molecule; then
   # its own copy: the vLLM lane's benchmarks re-copy the default one, and sanity must read a
   # tree that nothing else writes into
   set -m   # a process group of its own, so that `kill -- -PID` ends all of the lane
@@ -101,6 +105,8 @@ if any_of lint sanity units latest build fresh; then
     stage latest stage_latest
     stage build stage_build
     stage fresh stage_fresh
+    renice -n 0 -p "$BASHPID" >/dev/null   # as the fleet scenario: each scenario has a core for its vLLMs
+    stage molecule stage_molecule server
     [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_static"
   ) > "$lane_log" 2>&1 < /dev/null &
   static_pid=$!
@@ -112,7 +118,7 @@ t_vllm=$(date +%s)
   TIMES=()
   stage bench stage_bench
   stage live stage_live
-  stage molecule stage_molecule
+  stage molecule stage_molecule fleet
   [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_vllm"
 ) &
 vllm_pid=$!
@@ -122,7 +128,7 @@ static_rc=0
 if [ -n "$static_pid" ]; then
   wait "$static_pid" || static_rc=$?
   static_pid=
-  printf '\n===== the static lane (lint sanity units latest build fresh; ran beside the vLLM lane) =====\n'
+  printf '\n===== the static lane (lint sanity units latest build fresh, molecule server; ran beside the vLLM lane) =====\n'
   cat "$lane_log"
 fi
 mapfile -t -O "${#TIMES[@]}" TIMES < "$times_vllm"
@@ -130,7 +136,7 @@ mapfile -t -O "${#TIMES[@]}" TIMES < "$times_static"
 echo
 echo "TIMING ${TIMES[*]} vllm_lane=${t_vllm}s total=$(( $(date +%s) - t_all ))s"
 if [ "$vllm_rc" -ne 0 ] || [ "$static_rc" -ne 0 ]; then
-  echo "FAILED: the vLLM lane (bench live molecule) rc=$vllm_rc, the static lane rc=$static_rc;" \
+  echo "FAILED: the vLLM lane (bench live, molecule fleet) rc=$vllm_rc, the static lane rc=$static_rc;" \
        "each lane stops at its first failing stage" >&2
   exit 1
 fi
