@@ -105,7 +105,9 @@ if any_of lint sanity units latest build fresh molecule; then
     stage latest stage_latest
     stage build stage_build
     stage fresh stage_fresh
-    renice -n 0 -p "$BASHPID" >/dev/null   # as the fleet scenario: each scenario has a core for its vLLMs
+    # as the fleet scenario (each has a core for its vLLMs); only then: lowering a nice value
+    # needs privileges that the fresh stage's container (which runs this script) does not have
+    if any_of molecule; then renice -n 0 -p "$BASHPID" >/dev/null; fi
     stage molecule stage_molecule server
     [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_static"
   ) > "$lane_log" 2>&1 < /dev/null &
