@@ -11,7 +11,8 @@ from ansible_collections.kvfleet.vllm.plugins.modules import cache_gate, metrics
 from ansible_collections.kvfleet.vllm.tests.unit.plugins import local_servers as ls
 
 KEY = "k3y-never-elsewhere"
-SLACK = 1.5  # seconds past the timeout; the machine stalls now and then
+SLACK = 6.0  # seconds past the timeout: the units run at nice 19 beside vLLM (tests/run.sh);
+# the hostile servers hold a client for local_servers.STOP_AFTER (20 s), far above, so a missing deadline still fails
 
 
 def test_redirect_to_another_port_never_gets_the_key(run_module):
