@@ -26,6 +26,8 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/env.sh"
 STAGES="${*:-lint sanity units latest build bench live molecule fresh}"
 declare -a TIMES=()
+# any_of STAGE ...: is one of them chosen
+any_of() { local x; for x in "$@"; do [[ " $STAGES " == *" $x "* ]] && return 0; done; return 1; }
 # stage NAME FUNCTION [ARG ...]: runs when NAME is chosen; timed as NAME, or NAME-ARG (molecule-fleet)
 stage() {
   local name=$1; shift
@@ -42,15 +44,15 @@ t_all=$(date +%s)
 # download 5 GB of vLLM wheels, and no stage relies on one that ran before it.
 setup_steps() {
   local steps="tools"
-  [[ " $STAGES " == *" latest "* ]] && steps+=" latest"
-  [[ " $STAGES " =~ \ (bench|live|molecule)\  ]] && steps+=" vllm model"
-  [[ " $STAGES " == *" molecule "* ]] && steps+=" wheelhouse"
+  any_of latest && steps+=" latest"
+  any_of bench live molecule && steps+=" vllm model"
+  any_of molecule && steps+=" wheelhouse"
   echo "$steps copy"
 }
 stage_setup() {
   bash "$HERE/setup.sh" $(setup_steps)
   # podman and the test-host image before the lanes start: both lanes use them (fresh, molecule)
-  if [[ " $STAGES " =~ \ (molecule|fresh)\  ]]; then
+  if any_of molecule fresh; then
     bash "$HERE/hosts/setup-host.sh" && bash "$HERE/hosts/build-image.sh"
   fi
 }
@@ -80,8 +82,10 @@ stage_fresh() { bash "$HERE/fresh.sh" units build; }
 STAGES="setup $STAGES"
 stage setup stage_setup
 
-any_of() { local x; for x in "$@"; do [[ " $STAGES " == *" $x "* ]] && return 0; done; return 1; }
 lane_log=$(mktemp); times_static=$(mktemp); times_vllm=$(mktemp); static_pid=; vllm_pid=
+# on any exit: end a lane still running (an interrupted or failed run). A lane that already
+# ended has no process left to signal, which is not an error: the lanes' own exit codes are
+# what decides the run (checked below), not this cleanup.
 finish() {
   [ -z "$static_pid" ] || kill -- "-$static_pid" 2>/dev/null || true
   [ -z "$vllm_pid" ] || kill "$vllm_pid" 2>/dev/null || true
