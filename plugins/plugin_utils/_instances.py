@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import (
+    GroupError, dp_argv, dp_options, missing_flags)
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import (
-    VllmArgsError, render)
+    VllmArgsError, _manifest_flags, parse_version, render)
 
 __all__ = ["InstanceError", "build", "flag_value", "probe_host"]
 
@@ -155,10 +157,11 @@ def build(instances, settings):
         seen_names.add(name)
         where = "%sinstances[%s]" % (prefix, name)
         unknown = set(inst) - {"name", "port", "options", "extra_args", "environment",
-                               "cuda_visible_devices"}
+                               "cuda_visible_devices", "data_parallel"}
         if unknown:
             raise InstanceError("%s: unknown key(s) %s; allowed: name, port, options, extra_args, "
-                                "environment, cuda_visible_devices" % (where, ", ".join(sorted(unknown))))
+                                "environment, cuda_visible_devices, data_parallel"
+                                % (where, ", ".join(sorted(unknown))))
         inst_options = inst.get("options") or {}
         inst_extra = inst.get("extra_args") or []
         if not isinstance(inst_options, dict):
@@ -174,6 +177,12 @@ def build(instances, settings):
             raise InstanceError("%s.port must be an integer from 1 to 65535, got %r"
                                 % (where, inst.get("port", settings.get("port"))))
         options["port"] = port
+        role = dp = None
+        if inst.get("data_parallel") not in _UNSET:
+            try:
+                dp, role = dp_options(inst["data_parallel"], where, port)
+            except GroupError as exc:
+                raise InstanceError(str(exc))
         tls = _tls(settings.get("tls"), prefix)
         options.update(tls["options"])
         options["extra_args"] = list(settings.get("extra_args") or []) + list(inst_extra)
@@ -196,8 +205,21 @@ def build(instances, settings):
                                     "(vLLM reads one config file, which then holds the keys)" % (where, prefix))
             keys_file = "%s/%s.keys.yaml" % (settings.get("config_dir", "/etc/vllm"), name)
             argv = argv + ["--config", keys_file]
+        if role is not None:
+            # last, so that they win over the same flags anywhere else; never left out (a member
+            # without them would serve alone): a vLLM that lacks one fails here
+            group_argv = dp_argv(dp)
+            missing = missing_flags(group_argv, parse_version(settings["version"]),
+                                    _manifest_flags(settings.get("flag_manifest") or None,
+                                                    parse_version(settings["version"]),
+                                                    settings["version"], []))
+            if missing:
+                raise InstanceError("%s.data_parallel: vLLM %s does not accept %s, which data "
+                                    "parallel needs" % (where, settings["version"], ", ".join(missing)))
+            argv = argv + group_argv
         for arg in argv:
             _no_newline("%s (vLLM arguments)" % where, arg)
+        headless = role == "worker"
 
         # What vLLM really runs with: the last --flag wins, extra_args included.
         port = _int_or_none(flag_value(argv, "--port"))
@@ -208,7 +230,8 @@ def build(instances, settings):
         seen_ports.add(port)
         bind = flag_value(argv, "--host")
         bind = "" if bind is None else bind
-        public = not (bind in LOOPBACK or bind.startswith("127."))
+        # a headless worker runs no API server: nothing listens on its port
+        public = not headless and not (bind in LOOPBACK or bind.startswith("127."))
         if public and not settings.get("api_key_set") and not settings.get("allow_unauthenticated"):
             raise InstanceError(
                 "%s listens on %s (reachable from other machines) and %sapi_key is empty: "
@@ -241,7 +264,7 @@ def build(instances, settings):
                                 "by commas, such as 0 or 0,1; got %r" % (where, cuda))
         gmu = options.get("gpu_memory_utilization")
         host = tls["server_name"] if https and tls["server_name"] else probe_host(bind)
-        url = "%s://%s:%d" % ("https" if https else "http", host, port)
+        url = None if headless else "%s://%s:%d" % ("https" if https else "http", host, port)
         # what every probe on the host needs to check the server's certificate (and present
         # its own, when the server requires one); None: plain HTTP
         probe_tls = tls["probe"] if https else None
@@ -264,6 +287,12 @@ def build(instances, settings):
             "env_file": env_file,
             "keys_file": keys_file,
             "tls": probe_tls,
+            # a serving group's member: head (serves the API) or worker (headless, probed
+            # through its head); None otherwise
+            "group_role": role if role is not None and dp.get("data_parallel_address") else None,
+            "headless": headless,
+            # the vLLM data parallel options it runs with (None without data_parallel)
+            "data_parallel": dp,
             # what the host program, the monitor, the restart guard and the playbooks read back
             "record": {"name": name, "unit": unit, "url": url, "port": port, "bind": bind,
                        "max_num_seqs": seqs, "limits": limits, "drain_seconds": drain,

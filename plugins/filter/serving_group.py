@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: serving_group
+short_description: A host's part in a serving group (one model replica across hosts, vLLM data parallel)
+version_added: 0.9.0
+description:
+  - A serving group is an inventory group whose hosts serve one model replica together with
+    vLLM's own multi-node data parallel. Its first host (inventory order) is the head: it serves
+    the API. The others run C(vllm serve --headless) and register their engines with it.
+  - Gives the host's one instance its C(data_parallel) settings (size, this host's engines,
+    start rank, the head's address and RPC port) for P(kvfleet.vllm.vllm_instances#filter).
+  - Each member's C(vllm_server_serving_group_engines) and C(vllm_server_serving_group_address)
+    are read from the inventory (host or group variables); the head's
+    C(vllm_server_serving_group_rpc_port) is the group's.
+  - Fails, naming the variable, when the group is unknown or has one host, the host is not in it,
+    the host has more than one instance, the head's address is loopback, or a value is not valid.
+options:
+  _input:
+    description: The host's instances (C(vllm_server_instances)); returned as they are without a group.
+    type: list
+    elements: dict
+    required: true
+  group:
+    description: The inventory group (C(vllm_server_serving_group)); empty for none.
+    type: str
+    required: true
+  groups:
+    description: The inventory's C(groups).
+    type: dict
+    required: true
+  hostvars:
+    description: The inventory's C(hostvars).
+    type: dict
+    required: true
+  me:
+    description: This host's C(inventory_hostname).
+    type: str
+    required: true
+  engines:
+    description: This host's engine count (C(vllm_server_serving_group_engines)); the default for the others.
+    type: int
+    default: 1
+  address:
+    description: This host's address for the group (C(vllm_server_serving_group_address)).
+    type: str
+  rpc_port:
+    description: The RPC port (C(vllm_server_serving_group_rpc_port)) when the head does not set its own.
+    type: int
+    default: 13345
+"""
+
+EXAMPLES = r"""
+- name: The instance of this host with its serving group's settings
+  ansible.builtin.debug:
+    msg: >-
+      {{ vllm_server_instances | kvfleet.vllm.serving_group('llama70b_a', groups, hostvars,
+         inventory_hostname, engines=2, address='10.0.0.5') }}
+"""
+
+RETURN = r"""
+_value:
+  description: The instances, the one instance with C(data_parallel) (size, size_local, start_rank, address, rpc_port).
+  type: list
+  elements: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import (
+    GroupError, plan)
+
+_PREFIX = "vllm_server_"
+
+
+def serving_group(instances, group, groups, hostvars, me, engines=1, address=None, rpc_port=13345):
+    if not group:
+        return instances
+    if not isinstance(instances, list) or len(instances) != 1:
+        raise AnsibleFilterError("%sserving_group %r: a group member runs one instance; "
+                                 "%sinstances lists %d" % (_PREFIX, group, _PREFIX,
+                                                           len(instances) if isinstance(instances, list) else 0))
+    members = []
+    for host in (groups or {}).get(group) or []:
+        if host == me:
+            members.append({"host": host, "engines": engines, "address": address or me,
+                            "rpc_port": rpc_port})
+            continue
+        hv = hostvars[host]
+        members.append({
+            "host": host,
+            "engines": hv.get(_PREFIX + "serving_group_engines", engines),
+            "address": hv.get(_PREFIX + "serving_group_address") or hv.get("ansible_host") or host,
+            "rpc_port": hv.get(_PREFIX + "serving_group_rpc_port", rpc_port),
+        })
+    try:
+        dp = plan(group, members, me, _PREFIX)
+    except GroupError as exc:
+        raise AnsibleFilterError(str(exc))
+    return [dict(instances[0], data_parallel=dp)]
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"serving_group": serving_group}

@@ -1,0 +1,149 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Serving groups: one model replica served by several hosts with vLLM's own data parallel.
+
+vLLM's multi-node data parallel (vllm/entrypoints/cli/serve.py and vllm/engine/arg_utils.py,
+vLLM 0.32.0): the head runs the API server and its local engines with --data-parallel-size (all
+engines), --data-parallel-size-local (its own), --data-parallel-address and
+--data-parallel-rpc-port (where the others reach it); each other host runs `vllm serve --headless`
+with the same four and --data-parallel-start-rank (the rank of its first engine). The head waits
+for every engine's handshake before it serves.
+
+Two pure steps, both unit-tested: `plan` turns an inventory group into each member's
+`data_parallel` settings; `dp_options` validates one instance's settings and gives the vLLM
+options for it. The instance model (_instances.build) uses the second for the units.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["GroupError", "SINCE", "dp_argv", "dp_options", "missing_flags", "plan"]
+
+# The first release whose `vllm serve` takes each flag, for a check before vLLM is installed;
+# afterwards the installed vLLM's own flag manifest decides. A member cannot run without one of
+# them (left out, as an unknown flag is, it would start a lone server that never joins its group).
+SINCE = {
+    "--data-parallel-size": (0, 8, 3),
+    "--data-parallel-size-local": (0, 9, 0),
+    "--data-parallel-address": (0, 9, 0),
+    "--data-parallel-rpc-port": (0, 9, 0),
+    "--data-parallel-start-rank": (0, 9, 0),
+    "--headless": (0, 9, 0),
+}
+_ADDRESS = re.compile(r"^[A-Za-z0-9.:-]+$")
+_KEYS = ("size", "size_local", "start_rank", "address", "rpc_port")
+
+
+class GroupError(ValueError):
+    """Bad serving-group settings; the message names the variable and what is allowed."""
+
+
+def _int(value, where, low, high=None):
+    try:
+        number = None if isinstance(value, bool) else int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < low or (high is not None and number > high):
+        raise GroupError("%s must be an integer %s, got %r"
+                         % (where, ("from %d to %d" % (low, high)) if high is not None
+                                   else ("of at least %d" % low), value))
+    return number
+
+
+def dp_options(dp, where, port):
+    """An instance's `data_parallel` settings -> (vLLM options, role) after validation.
+
+    dp: {size, size_local, start_rank, address, rpc_port}. role: "head" (start_rank 0: serves
+    the API, waits for the others) or "worker" (headless: no API server, no port)."""
+    if not isinstance(dp, dict):
+        raise GroupError("%s.data_parallel must be a dictionary with %s" % (where, ", ".join(_KEYS)))
+    unknown = sorted(set(dp) - set(_KEYS))
+    if unknown:
+        raise GroupError("%s.data_parallel: unknown key(s) %s; allowed: %s"
+                         % (where, ", ".join(unknown), ", ".join(_KEYS)))
+    size = _int(dp.get("size"), where + ".data_parallel.size", 1)
+    local = _int(dp.get("size_local", 1), where + ".data_parallel.size_local", 1, size)
+    start = _int(dp.get("start_rank", 0), where + ".data_parallel.start_rank", 0, size - local)
+    options = {"data_parallel_size": size, "data_parallel_size_local": local}
+    if local == size:
+        # every engine on this host: local data parallel, nobody to reach it
+        return options, "head"
+    address = dp.get("address")
+    if not isinstance(address, str) or not _ADDRESS.match(address):
+        raise GroupError("%s.data_parallel.address must be the head's address (host name or IP, "
+                         "no spaces), got %r" % (where, address))
+    rpc_port = _int(dp.get("rpc_port"), where + ".data_parallel.rpc_port", 1, 65535)
+    if start == 0 and rpc_port == port:
+        raise GroupError("%s.data_parallel.rpc_port %d is the instance's API port" % (where, rpc_port))
+    options.update(data_parallel_address=address, data_parallel_rpc_port=rpc_port)
+    if start == 0:
+        return options, "head"
+    options.update(data_parallel_start_rank=start, headless=True)
+    return options, "worker"
+
+
+def dp_argv(options):
+    """dp_options' options -> vLLM arguments, in a fixed order."""
+    argv = []
+    for key in ("data_parallel_size", "data_parallel_size_local", "data_parallel_address",
+                "data_parallel_rpc_port", "data_parallel_start_rank"):
+        if key in options:
+            argv += ["--" + key.replace("_", "-"), str(options[key])]
+    if options.get("headless"):
+        argv.append("--headless")
+    return argv
+
+
+def missing_flags(argv, version, manifest_flags=None):
+    """The data parallel flags in argv that this vLLM does not take: per its manifest when there
+    is one (its own parser), else per SINCE. version: a parsed (major, minor, patch) tuple."""
+    wanted = [a for a in argv if a in SINCE]
+    if manifest_flags is not None:
+        return [f for f in wanted if f not in manifest_flags]
+    return [f for f in wanted if tuple(version[:3]) < SINCE[f]]
+
+
+def _loopback(address):
+    return address in ("localhost", "::1") or address.startswith("127.")
+
+
+def plan(group, members, me, prefix="vllm_server_"):
+    """An inventory group -> this member's `data_parallel` settings.
+
+    members: the group's hosts in inventory order, each {host, engines, address, rpc_port};
+    the first is the head. Ranks follow that order: a host's start rank is the engines of the
+    hosts before it. The head's address and rpc_port are the group's."""
+    if not members:
+        raise GroupError("%sserving_group %r is not an inventory group with hosts" % (prefix, group))
+    hosts = [m["host"] for m in members]
+    if me not in hosts:
+        raise GroupError("%sserving_group %r: this host (%s) is not in that inventory group"
+                         % (prefix, group, me))
+    if len(set(hosts)) != len(hosts):
+        raise GroupError("%sserving_group %r lists a host twice" % (prefix, group))
+    head = members[0]
+    if len(members) == 1:
+        raise GroupError("%sserving_group %r has one host (%s): a group spans hosts; for data "
+                         "parallel on one host set data_parallel on the instance"
+                         % (prefix, group, head["host"]))
+    address = head.get("address")
+    if not isinstance(address, str) or not _ADDRESS.match(address):
+        raise GroupError("%sserving_group_address of the head %s must be a host name or IP that "
+                         "the other members reach, got %r" % (prefix, head["host"], address))
+    if _loopback(address):
+        raise GroupError("%sserving_group_address of the head %s is %s: the other hosts of %r "
+                         "cannot reach a loopback address" % (prefix, head["host"], address, group))
+    rpc_port = _int(head.get("rpc_port"), "%sserving_group_rpc_port of %s" % (prefix, head["host"]),
+                    1, 65535)
+    size, mine = 0, None
+    for member in members:
+        engines = _int(member.get("engines", 1), "%sserving_group_engines of %s"
+                       % (prefix, member["host"]), 1)
+        if member["host"] == me:
+            mine = (size, engines)
+        size += engines
+    return {"size": size, "size_local": mine[1], "start_rank": mine[0],
+            "address": address, "rpc_port": rpc_port}
