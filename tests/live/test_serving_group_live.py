@@ -1,0 +1,97 @@
+"""A serving group for real: vLLM CPU's multi-node data parallel, head and headless worker as two
+processes on this host (the two "nodes" share loopback), started from the argv the server role's
+instance model renders for them (plugins/plugin_utils/_instances.py, checked against vLLM CPU
+0.32.0's own flag manifest) and the entry points its units run (the api_server module for the
+head, `vllm serve --headless` for the worker). The gate reads both engines through the head."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from conftest import run_module
+from vllm_server import MODEL, MODEL_NAME, PYTHON, VllmServer, completion, free_port
+
+COPY = os.environ.get("KVFLEET_COLLECTION_COPY") or os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+sys.path.insert(0, os.path.abspath(os.path.join(COPY, "..", "..", "..")))
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import build  # noqa: E402
+
+FLAGS = os.path.join(COPY, "tests", "fixtures", "flags", "vllm-cpu-0.32.0.json")
+
+
+def _argv(port, rpc_port, start_rank):
+    settings = dict(version="0.32.0", device="cpu", port=port, config_dir="/etc/vllm",
+                    api_key_set=False, environment={}, extra_args=[], var_prefix="vllm_server_",
+                    flag_manifest=json.load(open(FLAGS, encoding="utf-8")),
+                    options=dict(model=MODEL, served_model_name=MODEL_NAME, host="127.0.0.1",
+                                 max_model_len=1024, max_num_seqs=8, block_size=32,
+                                 enable_prefix_caching=True, kv_cache_memory_bytes=8 * 1024 * 1024,
+                                 enforce_eager=True, shutdown_timeout=10))
+    dp = {"size": 2, "size_local": 1, "start_rank": start_rank, "address": "127.0.0.1", "rpc_port": rpc_port}
+    inst = build([{"name": "g", "port": port, "data_parallel": dp}], settings)[0][0]
+    return inst
+
+
+class Worker(VllmServer):
+    """The headless member: `vllm serve --headless`, as its unit runs it; no API to wait for."""
+
+    def __init__(self, argv):
+        VllmServer.__init__(self)
+        self.argv = [PYTHON, "-m", "vllm.entrypoints.cli.main", "serve"] + argv
+        # `vllm serve` asks for the version of a distribution named vllm; vllm-cpu's is named
+        # vllm-cpu (PackageNotFoundError). The same alias the server role writes for CPU hosts.
+        meta = os.path.join(self.workdir, "dist", "vllm-0.32.0+cpu.dist-info")
+        os.makedirs(meta)
+        with open(os.path.join(meta, "METADATA"), "w", encoding="utf-8") as f:
+            f.write("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n")
+        self.environment["PYTHONPATH"] = os.path.dirname(meta)
+
+    def start(self):
+        from vllm_server import _PIN
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(_PIN + ["nice", "-n", "10"] + self.argv, stdout=log,
+                                     stderr=subprocess.STDOUT, env=self.env(), start_new_session=True)
+        return self
+
+
+def _engines(text, metric="vllm:num_requests_running"):
+    return sorted(set(line.split('engine="', 1)[1].split('"', 1)[0]
+                      for line in text.splitlines() if line.startswith(metric + "{") and 'engine="' in line))
+
+
+def test_a_head_and_a_headless_worker_serve_one_model_and_the_gate_reads_both_engines():
+    port, rpc_port = free_port(), free_port()
+    head_inst, worker_inst = _argv(port, rpc_port, 0), _argv(port, rpc_port, 1)
+    assert head_inst["url"] and worker_inst["headless"] and worker_inst["url"] is None
+    head = VllmServer(port=port, start_timeout=420)
+    head.argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server"] + head_inst["argv"]
+    worker = Worker(worker_inst["argv"]).start()
+    try:
+        t0 = time.time()
+        head.start()   # healthy only once the worker's engine has joined
+        print("SERVING_GROUP head+worker to /health %.1f s" % (time.time() - t0))
+        assert worker.proc.poll() is None, worker.log_tail()
+        for seed in range(4):
+            completion(head.url, max_tokens=8, seed=seed)
+        metrics = head.get("/metrics")
+        assert _engines(metrics) == ["0", "1"], metrics[:3000]
+
+        failed, result = run_module("cache_gate", {"url": head.url, "samples": 2, "interval": 1,
+                                                   "max_num_seqs": 8})
+        assert not failed, result
+        assert result["verdict"] == "healthy", result
+        assert sorted(result["engines"]) == ["0", "1"], result["engines"]
+
+        # What the group's design rests on (docs/serving-groups.md): when the worker goes, vLLM
+        # 0.32.0's head does not notice. /health stays 200 and engine 1's series stay, frozen, so
+        # nothing on the head's HTTP side can tell a dead member; only its host can.
+        worker.stop()
+        time.sleep(5)
+        assert head.health() == 200
+        assert _engines(head.get("/metrics")) == ["0", "1"]
+    finally:
+        worker.cleanup()
+        head.cleanup()
