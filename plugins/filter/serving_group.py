@@ -7,12 +7,12 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: serving_group
-short_description: A host's part in a serving group (one model replica across hosts, vLLM data parallel)
+short_description: A host's part in a serving group, one model replica across hosts on vLLM data parallel
 version_added: 0.9.0
 description:
   - A serving group is an inventory group whose hosts serve one model replica together with
-    vLLM's own multi-node data parallel. Its first host (inventory order) is the head: it serves
-    the API. The others run C(vllm serve --headless) and register their engines with it.
+    vLLM's own multi-node data parallel. Its first host (inventory order) is the head, which
+    serves the API. The others run C(vllm serve --headless) and register their engines with it.
   - Gives the host's one instance its C(data_parallel) settings (size, this host's engines,
     start rank, the head's address and RPC port) for P(kvfleet.vllm.vllm_instances#filter).
   - Each member's C(vllm_server_serving_group_engines) and C(vllm_server_serving_group_address)

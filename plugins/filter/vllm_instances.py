@@ -23,7 +23,8 @@ description:
 options:
   _input:
     description: The instances (C(vllm_server_instances)), each with C(name) and optionally C(port),
-      C(options), C(extra_args), C(environment), C(cuda_visible_devices).
+      C(options), C(extra_args), C(environment), C(cuda_visible_devices), C(data_parallel) (size,
+      size_local, start_rank, address, rpc_port; docs/serving-groups.md).
     type: list
     elements: dict
     required: true
@@ -69,6 +70,9 @@ _value:
     environment: {description: Extra environment variables., type: dict}
     env_file: {description: Its 0600 environment file., type: str}
     record: {description: What the deployment record keeps of it (read by the host program and playbooks)., type: dict}
+    headless: {description: "A serving group's worker: no API server, no URL (C(url) is null); the record lists heads only.", type: bool}
+    group_role: {description: "C(head) or C(worker) in a serving group across hosts; null otherwise.", type: str}
+    data_parallel: {description: The data parallel options it runs with (null without C(data_parallel))., type: dict}
 """
 
 from ansible.errors import AnsibleFilterError
