@@ -43,7 +43,7 @@ options:
     type: str
     required: true
   engines:
-    description: This host's engine count (C(vllm_server_serving_group_engines)); the default for the others.
+    description: This host's engine count (C(vllm_server_serving_group_engines)); another host without one in the inventory has 1.
     type: int
     default: 1
   address:
@@ -94,7 +94,8 @@ def serving_group(instances, group, groups, hostvars, me, engines=1, address=Non
         hv = hostvars[host]
         members.append({
             "host": host,
-            "engines": hv.get(_PREFIX + "serving_group_engines", engines),
+            # the role's default: another host's role defaults are not in hostvars
+            "engines": hv.get(_PREFIX + "serving_group_engines", 1),
             "address": hv.get(_PREFIX + "serving_group_address") or hv.get("ansible_host") or host,
             "rpc_port": hv.get(_PREFIX + "serving_group_rpc_port", rpc_port),
         })

