@@ -50,9 +50,8 @@ def _int(value, where, low, high=None):
     except (TypeError, ValueError):
         number = None
     if number is None or number < low or (high is not None and number > high):
-        raise GroupError("%s must be an integer %s, got %r"
-                         % (where, ("from %d to %d" % (low, high)) if high is not None
-                                   else ("of at least %d" % low), value))
+        allowed = ("from %d to %d" % (low, high)) if high is not None else ("of at least %d" % low)
+        raise GroupError("%s must be an integer %s, got %r" % (where, allowed, value))
     return number
 
 

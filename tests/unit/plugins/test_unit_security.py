@@ -116,8 +116,10 @@ def test_vllm_unit_restarts_after_any_exit_with_a_start_limit(tmp_path, device):
     assert ("PrivateDevices=true" in service) == (device == "cpu")
 
 
-@pytest.mark.parametrize("start_rank, entry", [(0, '"-m" "vllm.entrypoints.openai.api_server"'),
-                                                (2, '"-m" "vllm.entrypoints.cli.main" "serve"')])
+@pytest.mark.parametrize("start_rank, entry", [
+    (0, '"-m" "vllm.entrypoints.openai.api_server"'),
+    (2, '"-m" "vllm.entrypoints.cli.main" "serve"'),
+])
 def test_serving_group_units_run_the_head_and_headless_workers(tmp_path, start_rank, entry):
     """A head serves the API; a worker runs `vllm serve --headless` (vllm/entrypoints/cli/serve.py,
     run_headless; the api_server module has no headless mode) with the same hardening."""
