@@ -209,10 +209,11 @@ def build(instances, settings):
             # last, so that they win over the same flags anywhere else; never left out (a member
             # without them would serve alone): a vLLM that lacks one fails here
             group_argv = dp_argv(dp)
-            missing = missing_flags(group_argv, parse_version(settings["version"]),
-                                    _manifest_flags(settings.get("flag_manifest") or None,
-                                                    parse_version(settings["version"]),
-                                                    settings["version"], []))
+            version = parse_version(settings["version"])
+            # render() has warned already when the manifest describes another version
+            manifest = _manifest_flags(settings.get("flag_manifest") or None, version,
+                                       settings["version"], [])
+            missing = missing_flags(group_argv, version, manifest)
             if missing:
                 raise InstanceError("%s.data_parallel: vLLM %s does not accept %s, which data "
                                     "parallel needs" % (where, settings["version"], ", ".join(missing)))

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import DATA_PARALLEL_SINCE
+
 __all__ = ["GroupError", "SINCE", "dp_argv", "dp_options", "missing_flags", "plan"]
 
 # The first release whose `vllm serve` takes each flag, for a check before vLLM is installed;
 # afterwards the installed vLLM's own flag manifest decides. Read in the wheels: 0.8.5 and
 # 0.8.5.post1 have only --data-parallel-size (vllm/engine/arg_utils.py:535); 0.9.0 adds the
 # three others to vllm/engine/arg_utils.py (606, 611, 616) and --headless and
-# --data-parallel-start-rank to `vllm serve` only (vllm/entrypoints/cli/serve.py:61, 67). A member cannot run without one of
-# them (left out, as an unknown flag is, it would start a lone server that never joins its group).
+# --data-parallel-start-rank to `vllm serve` only (vllm/entrypoints/cli/serve.py:61, 67). A member
+# cannot run without one of them (left out, as an unknown flag is, it would serve alone).
 SINCE = {
-    "--data-parallel-size": (0, 8, 3),
+    "--data-parallel-size": DATA_PARALLEL_SINCE,
     "--data-parallel-size-local": (0, 9, 0),
     "--data-parallel-address": (0, 9, 0),
     "--data-parallel-rpc-port": (0, 9, 0),

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
 from conftest import run_module
-from vllm_server import _PIN, MODEL, MODEL_NAME, PYTHON, VllmServer, completion, free_port
+from vllm_server import MODEL, MODEL_NAME, PYTHON, VllmServer, completion, free_port
 
 COPY = os.environ.get("KVFLEET_COLLECTION_COPY") or os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 sys.path.insert(0, os.path.abspath(os.path.join(COPY, "..", "..", "..")))
@@ -38,7 +37,8 @@ def _instance(port, rpc_port, start_rank):
 
 
 class Worker(VllmServer):
-    """The headless member: `vllm serve --headless`, as its unit runs it; no API to wait for."""
+    """The headless member: `vllm serve --headless`, as its unit runs it; launched, never waited
+    for (it has no API)."""
 
     def __init__(self, argv):
         VllmServer.__init__(self)
@@ -50,12 +50,6 @@ class Worker(VllmServer):
         with open(os.path.join(meta, "METADATA"), "w", encoding="utf-8") as f:
             f.write("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n")
         self.environment["PYTHONPATH"] = os.path.dirname(meta)
-
-    def start(self):
-        log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(_PIN + ["nice", "-n", "10"] + self.argv, stdout=log,
-                                     stderr=subprocess.STDOUT, env=self.env(), start_new_session=True)
-        return self
 
 
 def _engines(text, metric="vllm:num_requests_running"):
@@ -69,7 +63,7 @@ def test_a_head_and_a_headless_worker_serve_one_model_and_the_gate_reads_both_en
     assert head_inst["url"] and worker_inst["headless"] and worker_inst["url"] is None
     head = VllmServer(port=port, start_timeout=420)
     head.argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server"] + head_inst["argv"]
-    worker = Worker(worker_inst["argv"]).start()
+    worker = Worker(worker_inst["argv"]).launch()
     try:
         t0 = time.time()
         head.start()   # healthy only once the worker's engine has joined

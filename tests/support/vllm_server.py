@@ -69,14 +69,19 @@ class VllmServer(object):
         env.update(self.environment)
         return env
 
-    def start(self):
-        t0 = time.time()
+    def launch(self):
+        """Start the process without waiting (a headless worker has no /health to wait for)."""
         log = open(self.log_path, "wb")
         # niced: on 2 cores a busy CPU engine otherwise starves the very probes under test
         # (an ansible module took 78 s for a 4 s gate); on a GPU host the engine is GPU-bound.
         self.proc = subprocess.Popen(_PIN + ["nice", "-n", "10"] + self.argv, stdout=log,
                                      stderr=subprocess.STDOUT, env=self.env(),
                                      start_new_session=True)
+        return self
+
+    def start(self):
+        t0 = time.time()
+        self.launch()
         while time.time() - t0 < self.start_timeout:
             if self.proc.poll() is not None:
                 raise RuntimeError("vLLM exited with %s during start-up:\n%s"
