@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import (
-    GroupError, dp_argv, dp_options, missing_flags)
+    GroupError, dp_argv, dp_options, group_record, missing_flags)
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import (
     VllmArgsError, _manifest_flags, parse_version, render)
 
@@ -299,4 +299,10 @@ def build(instances, settings):
                        "max_num_seqs": seqs, "limits": limits, "drain_seconds": drain,
                        "env_file": env_file, "tls": probe_tls},
         })
+    for inst in out:
+        # only on a group's members: the records of everything else stay as they were (an
+        # upgrade of the collection must not read as a change and restart converged hosts)
+        group = group_record(inst["data_parallel"], inst["group_role"])
+        if group:
+            inst["record"]["group"] = group
     return out, warnings

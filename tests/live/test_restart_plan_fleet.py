@@ -60,3 +60,25 @@ def test_hundred_hosts_ten_percent(tmp_path):
     assert sum(per_time.values()) == 100
     # inventory order: the first ten hosts share the first slot
     assert set(own["gpu-%03d" % i]["time"] for i in range(10)) == {"04:00"}
+
+
+def test_a_serving_group_across_hosts_is_refused_before_anything(tmp_path):
+    """A timer restarts its own host only; a serving group's hosts must restart together
+    (docs/serving-groups.md), so the plan refuses them and points at rolling_restart."""
+    inventory = tmp_path / "hosts.ini"
+    inventory.write_text("[gpu]\n" + "".join(
+        "gpu-%d ansible_connection=local ansible_python_interpreter=%s\n" % (i, sys.executable)
+        for i in range(3)) + "[group70b]\ngpu-1\ngpu-2\n[group70b:vars]\nvllm_server_serving_group=group70b\n")
+    playbook = tmp_path / "plan.yml"
+    playbook.write_text(PLAYBOOK)
+    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json")
+    proc = subprocess.run(["ansible-playbook", "-i", str(inventory), str(playbook)], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode != 0
+    out = json.loads(proc.stdout)
+    refused = next(t["hosts"] for t in out["plays"][0]["tasks"]
+                   if t["task"]["name"].endswith("Assert the host is in no serving group across hosts"))
+    assert sorted(h for h, r in refused.items() if r.get("failed")) == ["gpu-1", "gpu-2"]
+    assert "in serving group group70b (vllm_server_serving_group)" in refused["gpu-1"]["msg"]
+    assert "kvfleet.vllm.rolling_restart" in refused["gpu-1"]["msg"]
+    assert not refused["gpu-0"].get("failed")

@@ -561,6 +561,9 @@ def load_instances(cfg):
                          "first" % (path, exc))
     current = record.get("current") if isinstance(record, dict) else None
     listed = current.get("instances") if isinstance(current, dict) else None
+    workers = current.get("workers") if isinstance(current, dict) else None
+    workers = [w for w in workers if isinstance(w, dict) and isinstance(w.get("group"), dict)
+               and isinstance(w.get("unit"), str)] if isinstance(workers, list) else []
     out = []
     for inst in listed if isinstance(listed, list) else []:
         # an odd entry is kept as it is: the per-instance isolation reports it as that
@@ -570,6 +573,16 @@ def load_instances(cfg):
             inst = dict(inst, unit=inst.get("unit") or "vllm-%s.service" % inst["name"],  # records before 0.3.0
                         graceful=isinstance(drain, (int, float)) and drain > 0,
                         venv=current.get("venv"))   # where the GPU memory reading finds pynvml
+            group = inst.get("group")
+            if isinstance(group, dict):
+                # a serving group's head: its workers on this host restart with it
+                inst["group_workers"] = [w["unit"] for w in workers
+                                         if w["group"].get("key") == group.get("key")]
+                local = [group.get("size_local")] + [w["group"].get("size_local") for w in workers
+                                                     if w["group"].get("key") == group.get("key")]
+                inst["group_spans_hosts"] = not (
+                    all(isinstance(n, int) for n in local) and isinstance(group.get("size"), int)
+                    and sum(local) >= group["size"])
         out.append(inst)
     if not out:
         raise SystemExit("the deployment record %s lists no instances" % path)
@@ -632,6 +645,13 @@ def restart_one(cfg, inst):
         log(INFO, "%s: not restarting: the unit started %.0fs ago, within its health timeout "
             "(%ss)" % (unit, age, cfg.get("health_timeout", 900)))
         return "skipped"
+    if inst.get("group_spans_hosts"):
+        # the head alone would come back waiting for engines that never rejoin (a worker cannot
+        # rejoin a new head, nor serve a restarted one): docs/serving-groups.md
+        log(WARNING, "%s: not restarting: it heads serving group %s, whose workers run on other "
+            "hosts; restart the group as one unit with kvfleet.vllm.rolling_restart"
+            % (unit, inst["group"].get("key")))
+        return "skipped"
     # put to sleep on purpose (--enable-sleep-mode): a restart would wake it with a cold cache
     now = take(inst["url"], os.environ.get("VLLM_API_KEY"), tls=inst.get("tls"))
     if (now.get("engines_sleeping") or 0) >= 1:
@@ -670,11 +690,18 @@ def restart_one(cfg, inst):
         log(WARNING, "%s: %d request(s) still in flight after %.0fs and this vLLM has no "
             "--shutdown-timeout: they will be aborted" % (unit, busy, time.time() - t0))
     t1 = time.time()
-    proc = subprocess.run(["systemctl", "restart", unit], capture_output=True, text=True,
-                          check=False)
-    if proc.returncode:
-        log(ERR, "%s: systemctl restart failed: %s" % (unit, proc.stderr.strip()))
-        return "failed"
+    workers = inst.get("group_workers") or []
+    # a serving group restarts as one unit: the head stops first (its in-flight requests still
+    # need the workers' engines), then the workers restart and the head starts to take them in
+    steps = ([["systemctl", "stop", unit]] + [["systemctl", "restart", w] for w in workers]
+             + [["systemctl", "start", unit]]) if workers else [["systemctl", "restart", unit]]
+    for argv in steps:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode:
+            log(ERR, "%s: systemctl %s %s failed: %s" % (unit, argv[1], argv[2], proc.stderr.strip()))
+            return "failed"
+    if workers:
+        log(INFO, "%s: restarted with its serving group's workers %s" % (unit, ", ".join(workers)))
     waiter = argparse.Namespace(unit=unit, url=inst["url"], timeout=cfg.get("health_timeout", 900),
                                 delay=2, probe_timeout=3, **cli_tls(inst.get("tls")))
     if wait_healthy(waiter) != 0:

@@ -203,3 +203,55 @@ def test_unit_memory_of_this_process():
     found = prog.unit_memory({"MainPID": str(os.getpid())})
     assert found["main_pid"] == os.getpid() and found["processes"] >= 1
     assert 10 * 1024 ** 2 < found["rss_bytes"] < 64 * 1024 ** 3
+
+
+def _group_record(tmp_path, head_local, workers):
+    """A deployment record as the server role writes it for a serving group's members."""
+    import json
+    key = "127.0.0.1:13345"
+    size = head_local + sum(workers)
+    record = {"current": {
+        "venv": "/opt/vllm/venv",
+        "instances": [{"name": "g0", "unit": "vllm-g0.service", "url": "http://127.0.0.1:8100",
+                       "drain_seconds": 20,
+                       "group": {"key": key, "role": "head", "size": size + 1 if not workers else size,
+                                 "size_local": head_local}}],
+        "workers": [{"name": "g%d" % i, "unit": "vllm-g%d.service" % i, "url": None,
+                     "group": {"key": key, "role": "worker", "size": size, "size_local": n}}
+                    for i, n in enumerate(workers, 1)]
+        # a worker of another group on the same host is not this head's
+        + [{"name": "x1", "unit": "vllm-x1.service", "url": None,
+            "group": {"key": "10.0.0.9:1", "role": "worker", "size": 2, "size_local": 1}}]}}
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    return {"record": str(path)}
+
+
+def test_a_heads_workers_on_the_host_are_read_with_it(tmp_path):
+    head = prog.load_instances(_group_record(tmp_path, 1, [1, 2]))[0]
+    assert head["group_workers"] == ["vllm-g1.service", "vllm-g2.service"]
+    assert head["group_spans_hosts"] is False
+    # engines elsewhere: the group spans hosts
+    alone = prog.load_instances(_group_record(tmp_path, 1, []))[0]
+    assert (alone["group_workers"], alone["group_spans_hosts"]) == ([], True)
+
+
+def test_a_group_on_one_host_restarts_as_one_unit_head_stopped_first(tmp_path, host, monkeypatch, capsys):
+    head = prog.load_instances(_group_record(tmp_path, 1, [1]))[0]
+    monkeypatch.setattr(prog, "_wait_idle", lambda inst, timeout: {})
+    monkeypatch.setattr(prog, "wait_healthy", lambda waiter: 0)
+    done = []
+    monkeypatch.setattr(prog.subprocess, "run", lambda argv, **_k: done.append(argv) or
+                        prog.subprocess.CompletedProcess(argv, 0, "", ""))
+    assert prog.restart_one({"mode": "always"}, head) == "restarted"
+    assert done == [["systemctl", "stop", "vllm-g0.service"], ["systemctl", "restart", "vllm-g1.service"],
+                    ["systemctl", "start", "vllm-g0.service"]]
+    assert "restarted with its serving group's workers vllm-g1.service" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode", ["always", "when_degraded", "watchdog"])
+def test_a_head_whose_workers_run_elsewhere_is_never_restarted_alone(tmp_path, host, capsys, mode):
+    head = prog.load_instances(_group_record(tmp_path, 1, []))[0]
+    assert prog.restart_one({"mode": mode, "causes": ["engine_down"]}, head) == "skipped"
+    assert host.calls == []
+    assert "restart the group as one unit with kvfleet.vllm.rolling_restart" in capsys.readouterr().out

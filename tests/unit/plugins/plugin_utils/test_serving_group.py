@@ -82,6 +82,8 @@ def test_the_head_serves_and_carries_the_groups_flags():
     assert "--headless" not in argv and flag_value(argv, "--data-parallel-start-rank") is None
     assert (inst["headless"], inst["group_role"], inst["url"]) == (False, "head", "http://127.0.0.1:8000")
     assert inst["record"]["url"] == "http://127.0.0.1:8000"
+    # what the restart guard and rolling_restart read to restart the group as one unit
+    assert inst["record"]["group"] == {"key": "10.0.0.1:13345", "role": "head", "size": 3, "size_local": 1}
 
 
 def test_a_worker_is_headless_with_its_start_rank_and_no_url():
@@ -92,6 +94,7 @@ def test_a_worker_is_headless_with_its_start_rank_and_no_url():
     assert flag_value(argv, "--data-parallel-size-local") == "2"
     assert (inst["headless"], inst["group_role"], inst["url"], inst["public"]) == (True, "worker", None, False)
     assert inst["data_parallel"]["data_parallel_address"] == "10.0.0.1"
+    assert inst["record"]["group"] == {"key": "10.0.0.1:13345", "role": "worker", "size": 3, "size_local": 2}
 
 
 def test_local_data_parallel_needs_no_address():
@@ -99,6 +102,8 @@ def test_local_data_parallel_needs_no_address():
     assert flag_value(inst["argv"], "--data-parallel-size") == "2"
     assert flag_value(inst["argv"], "--data-parallel-address") is None
     assert (inst["headless"], inst["group_role"]) == (False, None)
+    # outside a group the record is what it was before groups existed (no restart on upgrade)
+    assert "group" not in inst["record"]
 
 
 WORKER = {"size": 2, "size_local": 1, "start_rank": 1, "address": "h", "rpc_port": 5}
