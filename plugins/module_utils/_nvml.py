@@ -144,7 +144,8 @@ def headroom(facts, instances, own_pids=()):
     vLLM takes gpu_memory_utilization of a GPU's *total* memory and refuses to start when less
     is free. Memory held by this host's own vLLM units (own_pids) is counted as free, because
     a deploy restarts them; memory held by anything else is not. Instances sharing a GPU add up.
-    instances: [{'name', 'cuda_visible_devices', 'gpu_memory_utilization'}].
+    instances: [{'name', 'cuda_visible_devices', 'gpu_memory_utilization', 'gpus_needed'}];
+    gpus_needed: {'count', 'why'} (kvfleet.vllm.vllm_instances), one GPU when absent.
     """
     gpus = facts.get("gpus") or []
     own = {int(p) for p in own_pids}
@@ -155,6 +156,15 @@ def headroom(facts, instances, own_pids=()):
             indexes = _gpu_indexes(inst.get("cuda_visible_devices"), gpus)
         except ValueError as exc:
             problems.append("instance %s: %s." % (inst["name"], exc))
+            continue
+        # each engine takes tensor x pipeline parallel GPUs, from the visible ones in order;
+        # vLLM fails at start-up (after the old server stopped) when fewer are visible
+        need = inst.get("gpus_needed") or {}
+        if isinstance(need, dict) and isinstance(need.get("count"), int) and need["count"] > len(indexes):
+            problems.append("instance %s needs %d GPUs (%s) but sees %d (cuda_visible_devices %s)."
+                            % (inst["name"], need["count"], need.get("why", "?"), len(indexes),
+                               repr(inst.get("cuda_visible_devices")) if inst.get("cuda_visible_devices")
+                               else "empty: every GPU of the host"))
             continue
         share = float(inst.get("gpu_memory_utilization") or 0)
         for index in indexes:

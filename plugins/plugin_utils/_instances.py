@@ -36,6 +36,22 @@ class InstanceError(ValueError):
     """Bad instance settings; the message names the variable, the instance and what is allowed."""
 
 
+def _gpus_needed(argv):
+    """{'count', 'why'}: GPUs the instance's engines on this host take: its local data parallel
+    engines (all of --data-parallel-size unless --data-parallel-size-local says fewer), each
+    --tensor-parallel-size x --pipeline-parallel-size."""
+    def size(flag):
+        value = _int_or_none(flag_value(argv, flag))
+        return value if value and value > 0 else None
+    local, total = size("--data-parallel-size-local"), size("--data-parallel-size")
+    tp, pp = size("--tensor-parallel-size"), size("--pipeline-parallel-size")
+    parts = []
+    if local or total:
+        parts.append("%s %d" % ("--data-parallel-size-local" if local else "--data-parallel-size", local or total))
+    parts += ["%s %d" % (f, v) for f, v in (("--tensor-parallel-size", tp), ("--pipeline-parallel-size", pp)) if v]
+    return {"count": (local or total or 1) * (tp or 1) * (pp or 1), "why": " x ".join(parts) or "one engine"}
+
+
 def flag_value(argv, flag):
     """The value the last occurrence of a long flag gets in argv, as vLLM's parser reads it
     (``--flag value``, ``--flag=value``, underscores for dashes); None when absent."""
@@ -245,6 +261,7 @@ def build(instances, settings):
             raise InstanceError("%s: %stls_cert is set but this vLLM (%s) does not accept "
                                 "--ssl-certfile: it would serve plain HTTP" % (where, prefix, settings["version"]))
         seqs = _int_or_none(flag_value(argv, "--max-num-seqs"))
+        gpus_needed = _gpus_needed(argv)
         # the scheduler settings /metrics does not show, for the gate's diagnosis
         limits = dict((flag[2:].replace("-", "_"), _int_or_none(flag_value(argv, flag)))
                       for flag in ("--max-num-batched-tokens", "--max-num-active-seqs",
@@ -283,6 +300,8 @@ def build(instances, settings):
             "limits": limits,
             "drain_seconds": drain,
             "gpu_memory_utilization": float(gmu) if gmu not in _UNSET else None,
+            # the GPUs this host's engines of the instance take (the GPU preflight counts them)
+            "gpus_needed": gpus_needed,
             "cuda_visible_devices": cuda,
             "environment": environment,
             "env_file": env_file,

@@ -72,3 +72,32 @@ def test_unattributed_memory_with_own_units_running_is_not_a_failure():
     inst = [{"name": "main", "gpu_memory_utilization": 0.92}]
     assert gpu_headroom(facts, inst, own_pids=[4242]) == []
     assert gpu_headroom(facts, inst) != []
+
+
+def _gpus(n):
+    nvml = FakeNvml(gpus=[dict(name="NVIDIA H100", uuid="GPU-%d" % i, mem=Memory(80 * GIB, 80 * GIB, 0),
+                               util=None, cc=(9, 0), pm=1, compute=[], graphics=[]) for i in range(n)])
+    return collect(nvml)
+
+
+@pytest.mark.parametrize("options, visible, gpus, want", [
+    # a serving group member with 2 local engines of tensor parallel 2: 4 GPUs
+    ({"data_parallel": {"size": 4, "size_local": 2, "start_rank": 0, "address": "10.0.0.1", "rpc_port": 13345},
+      "options": {"tensor_parallel_size": 2}}, "", 2,
+     "instance main needs 4 GPUs (--data-parallel-size-local 2 x --tensor-parallel-size 2) but sees 2 "
+     "(cuda_visible_devices empty: every GPU of the host)."),
+    ({"options": {"tensor_parallel_size": 2}}, "0", 4,
+     "instance main needs 2 GPUs (--tensor-parallel-size 2) but sees 1 (cuda_visible_devices '0')."),
+    ({"data_parallel": {"size": 2, "size_local": 2}}, "0", 2,
+     "instance main needs 2 GPUs (--data-parallel-size-local 2) but sees 1 (cuda_visible_devices '0')."),
+    ({"options": {"tensor_parallel_size": 2}}, "0,1", 2, None),
+    ({}, "", 1, None),
+])
+def test_the_gpus_an_instances_engines_take_must_be_visible(options, visible, gpus, want):
+    """From the instance model's argv (the GPU preflight's input), not a second parser."""
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import build
+    from ansible_collections.kvfleet.vllm.tests.unit.plugins.plugin_utils.test_instances import settings
+    inst = dict({"name": "main", "port": 8000, "cuda_visible_devices": visible}, **options)
+    built, _warnings = build([inst], settings(device="cuda"))
+    problems = gpu_headroom(_gpus(gpus), [dict(built[0], gpu_memory_utilization=0.5)])
+    assert problems == ([want] if want else [])
