@@ -14,8 +14,8 @@ description:
     refuses to start when less than that is free. This filter checks that before anything
     changes, from the output of M(kvfleet.vllm.gpu_info).
   - Instances sharing a GPU add up and must stay at or below 1.0 of it.
-  - An instance must see as many GPUs as its engines on the host take (C(gpus_needed) of
-    M(kvfleet.vllm.vllm_instances): local data parallel engines x tensor x pipeline parallel size).
+  - An instance must see as many GPUs as its engines on the host take, C(gpus_needed) of
+    M(kvfleet.vllm.vllm_instances) (local data parallel engines x tensor x pipeline parallel size).
   - Memory held by the processes in O(own_pids) (this host's vLLM units, which a deploy restarts)
     counts as free; memory held by any other process does not, and the message names those
     processes.

@@ -66,7 +66,11 @@ _value:
     max_num_seqs: {description: The concurrency cap it runs with (null when vLLM's default)., type: int}
     drain_seconds: {description: "C(--shutdown-timeout): how long a stop waits for in-flight requests.", type: int}
     gpu_memory_utilization: {description: The share of each visible GPU it reserves., type: float}
-    gpus_needed: {description: "The GPUs its engines on this host take (count), and why (local data parallel engines x tensor x pipeline parallel size), for the GPU preflight.", type: dict}
+    gpus_needed:
+      description: >-
+        The GPUs its engines on this host take (C(count)), and why (C(why): local data parallel
+        engines x tensor x pipeline parallel size), for the GPU preflight.
+      type: dict
     cuda_visible_devices: {description: The GPUs it sees (empty for all)., type: str}
     environment: {description: Extra environment variables., type: dict}
     env_file: {description: Its 0600 environment file., type: str}
