@@ -48,11 +48,16 @@ def test_the_verify_entry_point_accepts_every_record_the_instance_model_writes()
     """deploy and rolling_restart hand the record's instances to tasks_from verify, whose argument
     spec validation refuses unknown keys: the two must not drift apart."""
     from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import build
-    instances, _warnings = build([{"name": "main", "port": 8000}], {
+    group = {"size": 2, "size_local": 1, "address": "10.0.0.1", "rpc_port": 13345}
+    instances, _warnings = build([{"name": "main", "port": 8000},
+                                  # a serving group's head: its record carries the group too
+                                  {"name": "head", "port": 8001, "data_parallel": group}], {
         "version": "0.32.0", "device": "cpu",
         "options": {"model": "/m", "block_size": 32, "host": "127.0.0.1"}})
+    assert "group" in instances[1]["record"]
     spec = load("server", "meta", "argument_specs.yml")["argument_specs"]["verify"]["options"]
-    assert set(instances[0]["record"]) <= set(spec["vllm_server_verify_instances"]["options"])
+    for inst in instances:
+        assert set(inst["record"]) <= set(spec["vllm_server_verify_instances"]["options"])
 
 
 @pytest.mark.parametrize("role, ids_var, causes_var", [
