@@ -288,6 +288,15 @@ def build(instances, settings):
         probe_tls = tls["probe"] if https else None
         unit = "vllm-%s.service" % name
         env_file = "%s/%s.env" % (settings.get("config_dir", "/etc/vllm"), name)
+        # what the host program, the monitor, the restart guard and the playbooks read back
+        record = {"name": name, "unit": unit, "url": url, "port": port, "bind": bind,
+                  "max_num_seqs": seqs, "limits": limits, "drain_seconds": drain,
+                  "env_file": env_file, "tls": probe_tls}
+        group_role = role if role is not None and dp.get("data_parallel_address") else None
+        if group_role:
+            # only on a group's members: the records of everything else stay as they were (an
+            # upgrade of the collection must not read as a change and restart converged hosts)
+            record["group"] = group_record(dp, group_role)
         out.append({
             "name": name,
             "unit": unit,
@@ -309,19 +318,10 @@ def build(instances, settings):
             "tls": probe_tls,
             # a serving group's member: head (serves the API) or worker (headless, probed
             # through its head); None otherwise
-            "group_role": role if role is not None and dp.get("data_parallel_address") else None,
+            "group_role": group_role,
             "headless": headless,
             # the vLLM data parallel options it runs with (None without data_parallel)
             "data_parallel": dp,
-            # what the host program, the monitor, the restart guard and the playbooks read back
-            "record": {"name": name, "unit": unit, "url": url, "port": port, "bind": bind,
-                       "max_num_seqs": seqs, "limits": limits, "drain_seconds": drain,
-                       "env_file": env_file, "tls": probe_tls},
+            "record": record,
         })
-    for inst in out:
-        # only on a group's members: the records of everything else stay as they were (an
-        # upgrade of the collection must not read as a change and restart converged hosts)
-        group = group_record(inst["data_parallel"], inst["group_role"])
-        if group:
-            inst["record"]["group"] = group
     return out, warnings

@@ -102,12 +102,10 @@ def dp_argv(options):
 
 
 def group_record(options, role):
-    """What the deployment record keeps of a serving group's member, for the restart guard and
-    kvfleet.vllm.rolling_restart, which restart a group as one unit: None outside a group (local
-    data parallel included). key: the group (head address and RPC port); size: its engines;
+    """What the deployment record keeps of a serving group's member (dp_options' options of a
+    head or worker across hosts), for the restart guard and kvfleet.vllm.rolling_restart, which
+    restart a group as one unit. key: the group (head address and RPC port); size: its engines;
     size_local: this member's."""
-    if role is None or not (options or {}).get("data_parallel_address"):
-        return None
     return {"key": "%s:%d" % (options["data_parallel_address"], options["data_parallel_rpc_port"]),
             "role": role, "size": options["data_parallel_size"],
             "size_local": options["data_parallel_size_local"]}

@@ -575,14 +575,13 @@ def load_instances(cfg):
                         venv=current.get("venv"))   # where the GPU memory reading finds pynvml
             group = inst.get("group")
             if isinstance(group, dict):
-                # a serving group's head: its workers on this host restart with it
-                inst["group_workers"] = [w["unit"] for w in workers
-                                         if w["group"].get("key") == group.get("key")]
-                local = [group.get("size_local")] + [w["group"].get("size_local") for w in workers
-                                                     if w["group"].get("key") == group.get("key")]
-                inst["group_spans_hosts"] = not (
-                    all(isinstance(n, int) for n in local) and isinstance(group.get("size"), int)
-                    and sum(local) >= group["size"])
+                # a serving group's head: its workers on this host restart with it; engines
+                # elsewhere (or sizes it cannot count) mean the group spans hosts
+                mates = [w for w in workers if w["group"].get("key") == group.get("key")]
+                local = [group.get("size_local")] + [w["group"].get("size_local") for w in mates]
+                inst["group_workers"] = [w["unit"] for w in mates]
+                inst["group_spans_hosts"] = not (all(isinstance(n, int) for n in local + [group.get("size")])
+                                                 and sum(local) >= group["size"])
         out.append(inst)
     if not out:
         raise SystemExit("the deployment record %s lists no instances" % path)
