@@ -284,33 +284,61 @@ def bench_restart(reps, smoke):
 
 
 # ---------------------------------------------------------------- 3. rollout on the demo fleet
+# --baseline REV: the rollout's deploys also run with the collection as it was at REV, in the
+# same run on the same fleet, so that a change's effect is a ratio rather than two dates
+ROLLOUT_BASELINE = None
+
+
+def collection_at(rev):
+    """A collections folder holding this repository's collection as it was at git REV."""
+    top = tempfile.mkdtemp(prefix="kvfleet-baseline-")
+    dest = os.path.join(top, "ansible_collections", "kvfleet", "vllm")
+    os.makedirs(dest)
+    sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", rev], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    archive = subprocess.run(["git", "-C", ROOT, "archive", sha], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
+    return top, sha
+
+
 def bench_rollout(reps, smoke):
     """Needs the demo fleet (bash tests/demo.sh up). Per batch: vLLM's restart vs our overhead;
     a no-change run; and the guide's way: systemctl restart on every host at once. The deploys
-    run twice per repetition: over the demo's SSH with pipelining, and over podman's own
-    connection (no pipelining: every task copies its module first), the baseline."""
+    run twice per repetition, against a baseline in the same run: with ROLLOUT_BASELINE (git
+    REV), the collection as it was then, over the same SSH with pipelining; without it, over
+    podman's own connection (no pipelining: every task copies its module first)."""
     eph = fleet_ephemeral()
     inv = os.path.join(eph, "inventory")
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(eph, "ansible.cfg"))
-    baseline = podman_inventory(inv)
-    out = {"deploys": [], "no_change": [], "restart_all": []}
+    cleanup = []
+    if ROLLOUT_BASELINE:
+        before, sha = collection_at(ROLLOUT_BASELINE)
+        cleanup.append(before)
+        variants = [("ssh", "now", inv, env),
+                    ("ssh", "at " + sha, inv, dict(env, ANSIBLE_COLLECTIONS_PATH=before))]
+    else:
+        podman = podman_inventory(inv)
+        cleanup.append(os.path.dirname(podman))
+        variants = [("ssh", "now", inv, env), ("podman", "now", podman, env)]
+    out = {"deploys": [], "no_change": [], "restart_all": [], "baseline": variants[1][1]}
     try:
         for rep in range(reps):
-            for connection, inventory in (("ssh", inv), ("podman", baseline)):
+            for connection, code, inventory, run_env in variants:
                 seqs = 3 if len(out["deploys"]) % 2 == 0 else 5
                 for key in ("deploys", "no_change"):
-                    report = os.path.join(eph, "bench-%s-%s-%d" % (key, connection, rep))
+                    report = os.path.join(eph, "bench-%s-%s-%s-%d" % (key, connection, code.replace(" ", "-"), rep))
                     t0 = time.time()
                     subprocess.run(["ansible-playbook", "-i", inventory, "kvfleet.vllm.deploy", "-e",
                                     "vllm_deploy_report_dir=" + report, "-e",
-                                    "vllm_server_max_num_seqs=%d" % seqs], env=env, check=True,
+                                    "vllm_server_max_num_seqs=%d" % seqs], env=run_env, check=True,
                                    stdout=subprocess.DEVNULL)
                     hosts = json.load(open(os.path.join(report, "kvfleet-vllm-deploy.json")))["hosts"]
-                    out[key].append({"connection": connection, "wall_seconds": time.time() - t0,
+                    out[key].append({"connection": connection, "code": code, "wall_seconds": time.time() - t0,
                                      "hosts": [phase_split(h) for h in hosts]})
             out["restart_all"].append(restart_all(inv, env))
     finally:
-        shutil.rmtree(baseline, ignore_errors=True)
+        for folder in cleanup:
+            shutil.rmtree(folder, ignore_errors=True)
     return out
 
 
@@ -499,32 +527,38 @@ def markdown(res):
         lines.append("")
     if "rollout" in res:
         r = res["rollout"]
+        base = r.get("baseline", "now")   # runs before --baseline existed: the podman connection
         lines += ["## 3. Rollout overhead (3-host demo fleet, one host per batch)" + ran("rollout"), "",
-                  "Each deploy over SSH with pipelining (how the demo reaches its hosts) and, as the "
-                  "baseline in the same run, over podman's own connection (no pipelining). Overhead: "
-                  "everything but vLLM's restart to healthy and the warm-up + gate; its ratio is "
-                  "against the same kind of run over podman's connection.", "",
-                  "| run | connection | wall | per host: vLLM restart to healthy | warm-up + gate | "
+                  ("Each deploy runs with the collection as it is now and, as the baseline in the same run on "
+                   "the same fleet, as it was %s, both over SSH with pipelining (how the demo reaches its "
+                   "hosts)." % base) if base != "now" else
+                  ("Each deploy over SSH with pipelining (how the demo reaches its hosts) and, as the "
+                   "baseline in the same run, over podman's own connection (no pipelining)."),
+                  "", "Overhead: everything but vLLM's restart to healthy (stop, start, /health) and the "
+                  "warm-up + gate; the overhead ratio is against the baseline's median in the same run.", "",
+                  "| run | collection | connection | wall | per host: vLLM restart to healthy | warm-up + gate | "
                   "our overhead | overhead / vLLM restart | overhead ratio |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|"]
+
+        def is_base(run):
+            return (run.get("code", "now") == base) if base != "now" else run.get("connection") == "podman"
         for key in ("deploys", "no_change"):
-            base = [h["our_overhead"] for run in r[key] if run.get("connection") == "podman"
-                    for h in run["hosts"]]
+            ref = [h["our_overhead"] for run in r[key] if is_base(run) for h in run["hosts"]]
             for run in r[key]:
                 hs = run["hosts"]
                 over = stats([h["our_overhead"] for h in hs])
                 restart = stats([h["vllm_restart_to_healthy"] for h in hs])
-                lines.append("| %s | %s | %.0f s | %s | %s | %s | %s | %s |" % (
-                    "flag change" if key == "deploys" else "no change",
+                lines.append("| %s | %s | %s | %.0f s | %s | %s | %s | %s | %s |" % (
+                    "flag change" if key == "deploys" else "no change", run.get("code", "now"),
                     {"ssh": "SSH, pipelining", "podman": "podman exec"}.get(run.get("connection"), "-"),
                     run["wall_seconds"], fmt(restart, " s", digits=1),
                     fmt(stats([h["gate_and_warmup"] for h in hs]), " s", digits=1),
                     fmt(over, " s", digits=1),
                     ("%.0f%%" % (100 * over["median"] / restart["median"]))
                     if key == "deploys" and restart["median"] else "-",
-                    ("%.2f" % (over["median"] / stats(base)["median"])) if base else "-"))
+                    ("%.2f" % (over["median"] / stats(ref)["median"])) if ref and stats(ref)["median"] else "-"))
         for run in r["restart_all"]:
-            lines.append("| guide: restart all at once | - | %.0f s | no host serving for %.1f s | - | - | - | - |" % (
+            lines.append("| guide: restart all at once | - | - | %.0f s | no host serving for %.1f s | - | - | - | - |" % (
                 run["total_seconds"], run["no_host_serving_seconds"]))
         lines.append("")
     # what was measured outside this script (Molecule runs, profiles), kept in results.json
@@ -661,10 +695,14 @@ def main():
     ap.add_argument("--fleet", action="store_true", help="also the rollout and the router on the demo fleet")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--fleet-reps", type=int, default=1, help="repetitions of the rollout (minutes each)")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="rollout: also deploy with the collection as it was at git REV, in the same run")
     ap.add_argument("--only", help="comma-separated: " + ",".join(BENCHES))
     ap.add_argument("--out", default=HERE, help="where results.json and RESULTS.md go")
     ap.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from results.json")
     args = ap.parse_args()
+    global ROLLOUT_BASELINE  # pylint: disable=global-statement
+    ROLLOUT_BASELINE = args.baseline
     if args.render:
         with open(os.path.join(args.out, "results.json")) as f:
             text = markdown(json.load(f))

@@ -321,7 +321,8 @@ def kv_sizing(gate_results, typical_tokens=2048):
     gate_results: the gate's loop results (item: the instance record with 'limits'; samples:
     the normalised snapshots). -> [{'instance', 'cache_tokens', 'cache_blocks', 'block_size',
     'max_model_len', 'fits_max_model_len', 'typical_tokens', 'fits_typical', 'max_num_seqs',
-    'warning'}], with a warning when --max-num-seqs is far below what the cache holds (a queue
+    'engines', 'warning'}], per engine (the smallest engine's cache) when there are several, with
+    a warning when --max-num-seqs is far below what the cache holds (a queue
     would form with the cache mostly free: the fragmentation guide's 128 on a large GPU).
     """
     out = []
@@ -333,6 +334,12 @@ def kv_sizing(gate_results, typical_tokens=2048):
             continue
         last = samples[-1]
         blocks, size = last.get("num_gpu_blocks"), last.get("block_size")
+        # data parallel: each engine schedules up to --max-num-seqs against its own cache, so the
+        # group's summed blocks would overstate what one cap can use (a serving group's head)
+        engines = [e for e in (last.get("engines") or {}).values() if e.get("num_gpu_blocks")]
+        if len(engines) > 1:
+            blocks = min(e["num_gpu_blocks"] for e in engines)
+            size = min(e.get("block_size") or size or 0 for e in engines) or size
         if not blocks or not size:
             continue
         tokens = blocks * size
@@ -348,5 +355,5 @@ def kv_sizing(gate_results, typical_tokens=2048):
         out.append({"instance": inst.get("name"), "cache_tokens": tokens, "cache_blocks": blocks,
                     "block_size": size, "max_model_len": mml, "fits_max_model_len": fits_mml,
                     "typical_tokens": typical_tokens, "fits_typical": fits_typical,
-                    "max_num_seqs": seqs, "warning": warning})
+                    "max_num_seqs": seqs, "engines": max(len(engines), 1), "warning": warning})
     return out

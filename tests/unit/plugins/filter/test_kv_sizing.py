@@ -37,3 +37,21 @@ def test_unreadable_or_bad_input():
     assert kv_sizing([{"item": {"name": "x"}, "samples": [{"error": "refused"}]}]) == []
     with pytest.raises(AnsibleFilterError, match="typical_tokens must be a positive integer"):
         kv_sizing([], typical_tokens=0)
+
+
+def test_a_data_parallel_head_is_sized_per_engine():
+    """A serving group's head shows every engine's cache; each engine's scheduler admits up to
+    --max-num-seqs against its own. Seen on the demo fleet: a two-host group with --max-num-seqs
+    4 and two 8192-token engines was warned about a 16384-token cache holding 8 requests."""
+    samples = fixtures.replay("dp2-one-overloaded")[:3]
+    engines = samples[-1]["engines"]
+    assert len(engines) == 2
+    per_engine = min(e["num_gpu_blocks"] for e in engines.values()) * samples[-1]["block_size"]
+    assert samples[-1]["num_gpu_blocks"] * samples[-1]["block_size"] > per_engine   # the sum
+    record = {"name": "main", "max_num_seqs": 4, "limits": {"max_num_seqs": 4, "max_model_len": 1024}}
+    out = kv_sizing([{"item": record, "samples": samples}], typical_tokens=per_engine // 4)
+    assert out[0]["cache_tokens"] == per_engine and out[0]["engines"] == 2
+    assert out[0]["fits_typical"] == 4 and out[0]["warning"] is None
+    # the same cap against a quarter of that per request is warned about, per engine
+    out = kv_sizing([{"item": record, "samples": samples}], typical_tokens=per_engine // 8)
+    assert out[0]["fits_typical"] == 8 and "(%d tokens)" % per_engine in out[0]["warning"]
