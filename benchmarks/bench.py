@@ -321,10 +321,12 @@ def bench_rollout(reps, smoke):
         cleanup.append(os.path.dirname(podman))
         variants = [("ssh", "now", inv, env), ("podman", "now", podman, env)]
     out = {"deploys": [], "no_change": [], "restart_all": [], "baseline": variants[1][1]}
+    seqs = deployed_max_num_seqs()
     try:
         for rep in range(reps):
             for connection, code, inventory, run_env in variants:
-                seqs = 3 if len(out["deploys"]) % 2 == 0 else 5
+                # a real flag change every time: the other value than what runs now
+                seqs = 5 if seqs == 3 else 3
                 for key in ("deploys", "no_change"):
                     report = os.path.join(eph, "bench-%s-%s-%s-%d" % (key, connection, code.replace(" ", "-"), rep))
                     t0 = time.time()
@@ -333,6 +335,9 @@ def bench_rollout(reps, smoke):
                                     "vllm_server_max_num_seqs=%d" % seqs], env=run_env, check=True,
                                    stdout=subprocess.DEVNULL)
                     hosts = json.load(open(os.path.join(report, "kvfleet-vllm-deploy.json")))["hosts"]
+                    outcomes = set(h["outcome"] for h in hosts)
+                    if outcomes != ({"upgraded"} if key == "deploys" else {"unchanged"}):
+                        raise RuntimeError("rollout: %s with %s ended %s" % (key, code, sorted(outcomes)))
                     out[key].append({"connection": connection, "code": code, "wall_seconds": time.time() - t0,
                                      "hosts": [phase_split(h) for h in hosts]})
             out["restart_all"].append(restart_all(inv, env))
@@ -447,12 +452,27 @@ def podman_inventory(inv):
 
 
 def phase_split(h):
+    """A host's seconds by step; a converged host (left alone: one health read) has no steps,
+    so all of its time is overhead."""
     p, start = h["phases"], h["phases"]["end"] - h["seconds"]
+    if "restart" not in p:
+        return {"host": h["host"], "outcome": h["outcome"], "seconds": h["seconds"],
+                "vllm_restart_to_healthy": 0.0, "gate_and_warmup": 0.0, "our_overhead": h["seconds"],
+                "drain_snapshot": 0.0}
     restart = p["verify"] - p["restart"]
     return {"host": h["host"], "outcome": h["outcome"], "seconds": h["seconds"],
             "vllm_restart_to_healthy": restart, "gate_and_warmup": p["undrain"] - p["verify"],
             "our_overhead": h["seconds"] - restart - (p["undrain"] - p["verify"]),
             "drain_snapshot": p["change"] - start}
+
+
+def deployed_max_num_seqs(node="kvfleet-node1"):
+    """The --max-num-seqs a demo host runs now, from its deployment record."""
+    probe = ("import json;r=json.load(open('/etc/ansible/facts.d/kvfleet_vllm_server.fact'));"
+             "print(r['current']['instances'][0]['max_num_seqs'])")
+    out = subprocess.run(["podman", "exec", node, "python3", "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    return int(out.strip())
 
 
 def restart_all(inv, env):
