@@ -13,8 +13,8 @@ description:
   - Reads the server role's C(net_probe.py) result (its C(bind) and C(reach) lists), before
     anything changes. vLLM binds its port, and a serving group's head its RPC port, only when it
     starts, which in a deploy is after the drain.
-  - A port held only by the collection's own vLLM units (C(vllm-*.service)) is no problem: that
-    unit is the instance itself, or restarts with this change. Where the probe may not read the
+  - A port held only by the collection's own vLLM units (C(vllm-*.service)) is no problem, since
+    that unit is the instance itself, or restarts with this change. Where the probe may not read the
     holding processes (root without C(CAP_SYS_PTRACE), as in a container), a port whose sockets
     all belong to O(service_user) counts as held by those units.
   - A worker whose connection to the head is refused has reached it (nothing listens there
