@@ -60,12 +60,14 @@ def _holder(h):
     return "%s (pid %s, %s)" % (h.get("command") or "?", h.get("pid"), h.get("unit") or "no unit")
 
 
-def _ours(entry, service_user):
+def _foreign(entry, service_user):
+    """The holders of an in-use port that are not the collection's vLLM units, or None when it
+    is theirs; where no holder could be read, the sockets' owners decide."""
     holders = entry.get("holders") or []
     if holders:
-        return all(_OURS.match(h.get("unit") or "") for h in holders)
+        return [h for h in holders if not _OURS.match(h.get("unit") or "")] or None
     owners = entry.get("owners") or []
-    return bool(owners) and all(o == service_user for o in owners)
+    return None if owners and all(o == service_user for o in owners) else []
 
 
 def net_problems(probe, service_user="vllm"):
@@ -81,9 +83,9 @@ def net_problems(probe, service_user="vllm"):
             out.append("%s is not an address of this host, so vLLM cannot bind it (vllm_server_host, or "
                        "the head's vllm_server_serving_group_address)." % b.get("address"))
         elif state == "in_use":
-            if _ours(b, service_user):
+            foreign = _foreign(b, service_user)
+            if foreign is None:
                 continue
-            foreign = [h for h in b.get("holders") or [] if not _OURS.match(h.get("unit") or "")]
             who = ", ".join(_holder(h) for h in foreign) or "a process of %s" % (
                 " and ".join("user %s" % o for o in b.get("owners") or []) or "an unknown user")
             out.append("%s is held by %s, not by a vLLM unit of this collection: stop it or choose "

@@ -339,7 +339,6 @@ def kv_sizing(gate_results, typical_tokens=2048):
         engines = [e for e in (last.get("engines") or {}).values() if e.get("num_gpu_blocks")]
         if len(engines) > 1:
             blocks = min(e["num_gpu_blocks"] for e in engines)
-            size = min(e.get("block_size") or size or 0 for e in engines) or size
         if not blocks or not size:
             continue
         tokens = blocks * size
