@@ -11,6 +11,7 @@ modules (shipped by Ansible) and on managed hosts (shipped by the monitor and re
 from __future__ import annotations
 
 import math
+import re
 
 __all__ = ["PromParseError", "Sample", "parse"]
 
@@ -133,6 +134,33 @@ def _parse_labels(line, pos, lineno):
                              % (lineno, _excerpt(line)))
 
 
+# The common line, matched in one regular expression instead of character by character (the
+# parse was most of a fleet gate's CPU): a name, then an optional label set whose values have
+# no escape and no space around its names, commas and equal signs. Anything else (and any
+# line this does not fully account for) goes the character-by-character way, which decides
+# the same lines the same way and says what is wrong with the others.
+_LABEL_PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"'
+_FAST_LINE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{((?:%s(?:,%s)*,?)?)\})?' % (_LABEL_PAIR, _LABEL_PAIR))
+_FAST_PAIRS = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
+
+
+def _fast_head(line, pos):
+    """(name, labels, position after them) for a common line, else None."""
+    m = _FAST_LINE.match(line, pos)
+    if m is None:
+        return None
+    end = m.end()
+    if end < len(line) and line[end] == "{":
+        return None   # a label set the expression does not take (escapes, spaces, errors)
+    labels = {}
+    if m.group(2):
+        pairs = _FAST_PAIRS.findall(m.group(2))
+        labels = dict(pairs)
+        if len(labels) != len(pairs):
+            return None   # a duplicate label: the other way names it
+    return m.group(1), labels, end
+
+
 def _parse_value(token, lineno, line):
     special = _SPECIAL_VALUES.get(token.lower())
     if special is not None:
@@ -143,12 +171,13 @@ def _parse_value(token, lineno, line):
         raise PromParseError("line %d: %r is not a number in %r" % (lineno, token, _excerpt(line)))
 
 
-def parse(text):
+def parse(text, fast=True):
     """Parse exposition text into (samples, types).
 
     samples: list of Sample in file order; types: {family name: type} from '# TYPE' lines.
     HELP/TYPE lines and comments may come in any order. Raises PromParseError on anything
-    that is not exposition format, naming the line and what was found.
+    that is not exposition format, naming the line and what was found. `fast` False parses
+    every line character by character (the tests compare both ways).
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
@@ -167,15 +196,19 @@ def parse(text):
                 types[parts[1]] = parts[2]
             continue
         pos = len(line) - len(line.lstrip())
-        name, pos = _read_name(line, pos, _NAME_START, _NAME_CHARS)
-        if name is None:
-            if lineno == 1 or not samples:
-                raise PromParseError("line %d: found %s, starting %r"
-                                     % (lineno, _what_is(text), _excerpt(line)))
-            raise PromParseError("line %d: bad metric name in %r" % (lineno, _excerpt(line)))
-        labels = {}
-        if pos < len(line) and line[pos] == "{":
-            labels, pos = _parse_labels(line, pos, lineno)
+        head = _fast_head(line, pos) if fast else None
+        if head is not None:
+            name, labels, pos = head
+        else:
+            name, pos = _read_name(line, pos, _NAME_START, _NAME_CHARS)
+            if name is None:
+                if lineno == 1 or not samples:
+                    raise PromParseError("line %d: found %s, starting %r"
+                                         % (lineno, _what_is(text), _excerpt(line)))
+                raise PromParseError("line %d: bad metric name in %r" % (lineno, _excerpt(line)))
+            labels = {}
+            if pos < len(line) and line[pos] == "{":
+                labels, pos = _parse_labels(line, pos, lineno)
         rest = line[pos:].split()
         if not rest:
             raise PromParseError("line %d: sample %r has no value (truncated?)" % (lineno, name))

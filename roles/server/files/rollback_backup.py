@@ -5,6 +5,7 @@
 """Keep what runs now for a rollback, in one call (tasks/backup.yml; tasks/rollback.yml reads it).
 
     python3 rollback_backup.py ROLLBACK_DIR CONFIG_DIR RECORD [UNIT_DIR]
+        [--mark-drained MARKER BY | --clear-drained MARKER]
 
 ROLLBACK_DIR gets:
   units/   every UNIT_DIR/vllm-*.service (default /etc/systemd/system)
@@ -12,7 +13,15 @@ ROLLBACK_DIR gets:
   record.json  the deployment record RECORD (0600), or nothing when there is none
 Files are copied only when their bytes or mode differ, kept files of instances that no longer
 exist are removed, so that a backup of an unchanged host changes nothing. Prints one JSON object:
-`changed`, and the names `kept` and `removed` (never a file's content). Standard library only.
+`changed`, and the names `kept` and `removed` (never a file's content), `current` (the record's
+`current` part: what the host runs, {} before the first deployment; the record holds no secret)
+and `drained` (the drain marker's content, null when there is none). Standard library only.
+
+The deploy's drain marker (playbooks/tasks/lb_hook.yml; the deploy reads it back as a local
+fact) rides along, saving a round trip on each side of a host's change window:
+--mark-drained writes MARKER ({"by": BY, "since": now}) before the backup, as the drain
+needs it before the load balancer is told; --clear-drained removes it once the backup after
+the undrain is done.
 
 It replaces eleven module calls (each a round trip to the host) with one; the layout is the one
 tasks/rollback.yml has always read.
@@ -26,6 +35,7 @@ import os
 import stat
 import sys
 import tempfile
+import time
 
 UNIT_DIR = "/etc/systemd/system"
 UNIT_PATTERNS = ("vllm-*.service",)
@@ -76,6 +86,11 @@ def _copy(src, dest, mode=None):
             return False
     except FileNotFoundError:
         pass
+    _write_atomic(dest, data, mode)
+    return True
+
+
+def _write_atomic(dest, data, mode):
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".kvfleet-")
     try:
         os.fchmod(fd, mode)
@@ -86,7 +101,6 @@ def _copy(src, dest, mode=None):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return True
 
 
 def backup(rollback_dir, config_dir, record, unit_dir=UNIT_DIR):
@@ -121,11 +135,50 @@ def backup(rollback_dir, config_dir, record, unit_dir=UNIT_DIR):
     return {"changed": changed, "kept": kept, "removed": removed}
 
 
+def mark_drained(marker, by, now=None):
+    """Write the drain marker (0644 in a 0755 folder, as the local facts it joins)."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    os.makedirs(os.path.dirname(marker), mode=0o755, exist_ok=True)
+    _write_atomic(marker, (json.dumps({"by": by, "since": since}) + "\n").encode(), 0o644)
+
+
+def _json_or_none(path):
+    """The JSON object in path, or None when it is absent or unreadable as one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def main(argv):
-    if len(argv) not in (3, 4):
+    positional, marker = [], {}
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg == "--mark-drained" and len(args) >= 2 and not marker:
+            marker = {"mark": args.pop(0), "by": args.pop(0)}
+        elif arg == "--clear-drained" and args and not marker:
+            marker = {"clear": args.pop(0)}
+        elif arg.startswith("--"):
+            sys.stderr.write(__doc__)
+            return 2
+        else:
+            positional.append(arg)
+    if len(positional) not in (3, 4):
         sys.stderr.write(__doc__)
         return 2
-    print(json.dumps(backup(*argv)))
+    if "mark" in marker:
+        mark_drained(marker["mark"], marker["by"])
+    out = backup(*positional)
+    if "clear" in marker and os.path.lexists(marker["clear"]):
+        os.unlink(marker["clear"])
+    record = _json_or_none(positional[2]) or {}
+    out["current"] = record.get("current") if isinstance(record.get("current"), dict) else {}
+    drained = marker.get("mark") or marker.get("clear")
+    out["drained"] = _json_or_none(drained) if drained else None
+    print(json.dumps(out))
     return 0
 
 

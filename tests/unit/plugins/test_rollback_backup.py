@@ -138,3 +138,60 @@ def test_the_command_prints_names_never_contents(tmp_path):
     assert json.loads(proc.stdout)["changed"] is True
     bad = subprocess.run([sys.executable, SCRIPT, dest], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "ROLLBACK_DIR" in bad.stderr
+
+
+def _run_stdin(args):
+    """As tasks/backup.yml runs it: the script on python3's stdin (one pipelined round trip)."""
+    with open(SCRIPT, encoding="utf-8") as f:
+        source = f.read()
+    return subprocess.run([sys.executable, "-"] + args, input=source, capture_output=True, text=True, check=False)
+
+
+def test_the_drain_marker_rides_along_before_the_drain_and_after_the_undrain(tmp_path):
+    units, conf, record = _host(tmp_path)
+    dest = str(tmp_path / "state" / "rollback")
+    marker = str(tmp_path / "facts.d" / "kvfleet_vllm_drained.fact")
+    proc = _run_stdin([dest, conf, record, units, "--mark-drained", marker, "kvfleet.vllm.deploy"])
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    # what tasks/deploy_record.yml would read back as local facts, and the backup done
+    with open(marker, encoding="utf-8") as f:
+        written = json.load(f)
+    assert written["by"] == "kvfleet.vllm.deploy" and written["since"].endswith("Z")
+    assert _mode(marker) == 0o644
+    assert out["drained"] == written and out["current"] == {"version": "0.32.0"}
+    assert "record.json" in out["kept"]
+    # after the undrain: the marker goes, the record's current part comes back, nothing re-copied
+    proc = _run_stdin([dest, conf, record, units, "--clear-drained", marker])
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert not os.path.exists(marker)
+    assert out["drained"] is None and out["current"] == {"version": "0.32.0"} and out["changed"] is False
+    assert SECRET not in proc.stdout + proc.stderr
+    # clearing an absent marker is not an error (a host whose marker a rescue already removed)
+    assert _run_stdin([dest, conf, record, units, "--clear-drained", marker]).returncode == 0
+
+
+def test_no_record_reads_as_an_empty_current_part(tmp_path):
+    units, conf, unused = _host(tmp_path)
+    dest = str(tmp_path / "state" / "rollback")
+    for text in (None, "not json", "[1, 2]", '{"current": "garbage"}'):
+        record = str(tmp_path / "record.fact")
+        if text is None:
+            if os.path.exists(record):
+                os.unlink(record)
+        else:
+            _write(record, text, 0o644)
+        proc = _run_stdin([dest, conf, record, units])
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["current"] == {}
+
+
+def test_bad_options_change_nothing(tmp_path):
+    units, conf, record = _host(tmp_path)
+    dest = str(tmp_path / "state" / "rollback")
+    for args in ([dest, conf, record, "--mark-drained", "only-one"], [dest, conf, record, "--nope"],
+                 [dest, conf, record, "--mark-drained", "m", "by", "--clear-drained", "m"]):
+        proc = _run_stdin(args)
+        assert proc.returncode == 2 and "ROLLBACK_DIR" in proc.stderr, args
+    assert not os.path.exists(dest)

@@ -96,3 +96,45 @@ def test_differential_against_prometheus_client(name):
 def test_there_are_real_captures_to_compare():
     # The differential test is only meaningful with recordings from real servers present.
     assert len(fixtures.real_captures()) >= 10
+
+
+def _both_ways(text):
+    """(samples, types) or the error message, parsed with and without the regular expression."""
+    out = []
+    for fast in (True, False):
+        try:
+            samples, types = parse(text, fast=fast)
+            out.append(([(s.name, s.labels, "nan" if math.isnan(s.value) else s.value) for s in samples], types))
+        except PromParseError as exc:
+            out.append(("error", str(exc)))
+    return out
+
+
+def _every_fixture():
+    for folder in (fixtures.METRICS, os.path.join(fixtures.METRICS, "synthetic"), fixtures.GARBAGE,
+                   fixtures.HOSTILE):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".txt"):
+                yield os.path.join(folder, name)
+
+
+@pytest.mark.parametrize("path", list(_every_fixture()), ids=os.path.basename)
+def test_the_fast_way_reads_every_capture_as_the_careful_way(path):
+    fast, careful = _both_ways(fixtures.read(path))
+    assert fast == careful
+
+
+# Lines at the edge of what the regular expression takes: each must come out exactly as the
+# character-by-character parser has it (the same samples, or the same error).
+@pytest.mark.parametrize("line", [
+    'a{x="1",} 4', 'a{} 2', 'a{x="1",y="2"} 3 1700000000000', 'a{x="1"}5', 'a{x="1"}x 1',
+    'a {x="1"} 1', 'a{x="1", y="2"} 1', 'a{ x="1"} 1', 'a{x="1" } 1', 'a{x = "1"} 1',
+    'a{x="a\\"b"} 1', 'a{x="a\\\\b"} 1', 'a{x="a\\nb"} 1', 'a{x="a\\qb"} 1',
+    'a{x="1",x="2"} 1', 'a{x="1"y="2"} 1', 'a{x="1",,} 1', 'a{,} 1', 'a{x="1"', 'a{x=1} 1',
+    'a{:x="1"} 1', 'a{x:y="1"} 1', 'a:b_c{x="1"} NaN', 'a{x="1"} +Inf', 'a{x="1"} 1_000',
+    'a{x="1"} 1 2 3', 'a{x="1"} 1 x', 'a{x="1"}', 'a-1 2', '1a 2', 'a{x="\u00e9\u2028"} 1',
+    'a{x="1"}\t2', 'a{x="1"}\u00a02', 'a{x="1"} 2\r', 'a{x="}"} 1', 'a{x="{"} 1', 'a{x="1"}{y="2"} 1',
+])
+def test_the_fast_way_agrees_on_edge_lines(line):
+    fast, careful = _both_ways("# TYPE a gauge\nok 1\n" + line + "\n")
+    assert fast == careful
