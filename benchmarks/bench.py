@@ -634,6 +634,33 @@ def markdown(res):
                 ("%.3f%s" % (r["wall_s"] / ref["wall_s"], note)) if ref else "-",
                 ("%.3f" % (r["cpu_s"] / ref["cpu_s"])) if ref else "-",
                 {True: "yes", False: "NO", None: "-"}[r.get("same_rows_as_per_host")]))
+        base_rows = [r for r in f["rows"] if ", collection " in r["mode"]]
+        for r in base_rows:
+            now = next((x for x in f["rows"] if x["hosts"] == r["hosts"] and x["mode"] == r["mode"].split(", collection ")[0]), None)
+            if now:
+                lines.append("- %d hosts, %s: wall %.1f s now against %.1f s with the collection %s "
+                             "(ratio %.2f), CPU %.1f s against %.1f s (ratio %.2f)." % (
+                                 r["hosts"], now["mode"], now["wall_s"], r["wall_s"], r["mode"].split(", collection ")[1],
+                                 now["wall_s"] / r["wall_s"], now["cpu_s"], r["cpu_s"], now["cpu_s"] / r["cpu_s"]))
+        lines.append("")
+    if "fleetcheck" in res:
+        f = res["fleetcheck"]
+        lines += ["## 8. A check-mode deploy of a big converged fleet" + ran("fleetcheck"), "",
+                  "`ansible-playbook kvfleet.vllm.deploy --check` over generated inventories whose hosts are "
+                  "aliases of the %d converged demo hosts (each alias has its host's variables and reaches it over "
+                  "the same SSH connection with pipelining): every host is read, checked (settings, disk, ports, "
+                  "the model) and planned, and found converged. The hosts' side runs in the containers on this same "
+                  "2-core machine, so the wall time is an upper bound; CPU is the playbook's process tree on the "
+                  "controller only (user + system)." % f["nodes"], "",
+                  "| hosts | forks | collection | wall | wall per host | controller CPU | CPU per host | outcomes | ratio (wall, CPU) vs baseline |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in f["rows"]:
+            ref = next((b for b in f["rows"] if b["hosts"] == r["hosts"] and b["forks"] == r["forks"]
+                        and b["collection"] != "now"), None) if r["collection"] == "now" else None
+            lines.append("| %d | %d | %s | %.1f s | %.0f ms | %.1f s | %.0f ms | %s | %s |" % (
+                r["hosts"], r["forks"], r["collection"], r["wall_s"], r["wall_ms_per_host"], r["cpu_s"],
+                r["cpu_ms_per_host"], ", ".join("%s" % o for o in r["outcomes"]),
+                ("%.2f, %.2f" % (r["wall_s"] / ref["wall_s"], r["cpu_s"] / ref["cpu_s"])) if ref else "-"))
         lines.append("")
     if "router" in res:
         r = res["router"]
@@ -702,10 +729,39 @@ def bench_fleetdiag(reps, smoke):
     import fleetdiag
     if smoke:
         return fleetdiag.bench([5], per_host_sizes=[5])
-    return fleetdiag.bench([100, 1000], per_host_sizes=[100], read_records_sizes=[100])
+    cleanup, baselines = [], []
+    if ROLLOUT_BASELINE:
+        before, sha = collection_at(ROLLOUT_BASELINE)
+        cleanup.append(before)
+        baselines.append(("at " + sha, before))
+    try:
+        return fleetdiag.bench([100, 1000], per_host_sizes=[100], read_records_sizes=[100], baselines=baselines)
+    finally:
+        for folder in cleanup:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-BENCHES = {"fleetdiag": bench_fleetdiag, "scrape": bench_scrape, "capacity": bench_capacity, "gate": bench_gate,
+def bench_fleetcheck(reps, smoke):
+    """Needs the demo fleet (bash tests/demo.sh up). kvfleet.vllm.deploy --check over 100 and 1000
+    generated hosts, each an alias of a converged demo host (benchmarks/fleetcheck.py); with
+    --baseline REV, the collection as it was then at 100 hosts in the same run."""
+    import fleetcheck
+    eph = fleet_ephemeral()
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(eph, "ansible.cfg"))
+    cleanup, baselines = [], []
+    if ROLLOUT_BASELINE:
+        before, sha = collection_at(ROLLOUT_BASELINE)
+        cleanup.append(before)
+        baselines.append(("at " + sha, before))
+    try:
+        return fleetcheck.bench([10] if smoke else [100, 1000], os.path.join(eph, "inventory"), env,
+                                baselines=baselines)
+    finally:
+        for folder in cleanup:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+BENCHES = {"fleetdiag": bench_fleetdiag, "fleetcheck": bench_fleetcheck, "scrape": bench_scrape, "capacity": bench_capacity, "gate": bench_gate,
            "restart": bench_restart, "rollout": bench_rollout, "router": bench_router}
 
 
@@ -716,7 +772,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--fleet-reps", type=int, default=1, help="repetitions of the rollout (minutes each)")
     ap.add_argument("--baseline", metavar="REV",
-                    help="rollout: also deploy with the collection as it was at git REV, in the same run")
+                    help="rollout, fleetcheck and fleetdiag: also run with the collection as it was at "
+                         "git REV, in the same run")
     ap.add_argument("--only", help="comma-separated: " + ",".join(BENCHES))
     ap.add_argument("--out", default=HERE, help="where results.json and RESULTS.md go")
     ap.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from results.json")
@@ -730,7 +787,7 @@ def main():
             f.write(text + "\n")
         return 0
     names = args.only.split(",") if args.only else ["scrape", "capacity", "gate", "restart", "fleetdiag"] + (
-        ["rollout", "router"] if args.fleet else [])
+        ["rollout", "fleetcheck", "router"] if args.fleet else [])
     reps = 1 if args.smoke else args.reps
     res = {}
     previous = os.path.join(args.out, "results.json")

@@ -80,8 +80,10 @@ def comparable(rows):
                    r["num_gpu_blocks"], bool(r["error"])) for r in rows)
 
 
-def bench(sizes, per_host_sizes, forks=5, concurrency=64, read_records_sizes=()):
-    """Returns {'rows': [...]} with one entry per (hosts, mode)."""
+def bench(sizes, per_host_sizes, forks=5, concurrency=64, read_records_sizes=(), baselines=()):
+    """Returns {'rows': [...]} with one entry per (hosts, mode). baselines: [(label,
+    ANSIBLE_COLLECTIONS_PATH)]: the controller mode with records from the fact cache again, with
+    that collection, at every size (before and after in the same run)."""
     work = tempfile.mkdtemp(prefix="kvfleet-fleetdiag-")
     biggest = max(sizes)
     server = subprocess.Popen(
@@ -112,6 +114,10 @@ def bench(sizes, per_host_sizes, forks=5, concurrency=64, read_records_sizes=())
                          dict(base_env, ANSIBLE_CACHE_PLUGIN="jsonfile",
                               ANSIBLE_CACHE_PLUGIN_CONNECTION=cache,
                               ANSIBLE_CACHE_PLUGIN_TIMEOUT="0")))
+            for label, path in baselines:
+                mode, extra, env = runs[-1]
+                runs.append(("%s, collection %s" % (mode, label), extra,
+                             dict(env, ANSIBLE_COLLECTIONS_PATH=path)))
             results = {}
             for mode, extra, env in runs:
                 report = os.path.join(work, "report-%d-%s" % (hosts, mode.replace(" ", "_").replace(",", "")))
@@ -137,7 +143,8 @@ def bench(sizes, per_host_sizes, forks=5, concurrency=64, read_records_sizes=())
         server.terminate()
         server.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
-    return {"rows": out, "dead_every": DEAD_EVERY, "base_capture": "vllm-0.32.0-cpu-idle-{0,1,2}.txt"}
+    return {"rows": out, "dead_every": DEAD_EVERY, "base_capture": "vllm-0.32.0-cpu-idle-{0,1,2}.txt",
+            "baselines": [label for label, unused in baselines]}
 
 
 if __name__ == "__main__":

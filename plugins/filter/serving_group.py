@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: serving_group
 short_description: A host's part in a serving group, one model replica across hosts on vLLM data parallel
-version_added: 0.9.0
+version_added: 0.4.0
 description:
   - A serving group is an inventory group whose hosts serve one model replica together with
     vLLM's own multi-node data parallel. Its first host (inventory order) is the head, which

@@ -20,12 +20,13 @@ from __future__ import annotations
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import fitted_slope
 
 __all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "MEMORY_GROWTH", "MIN_RESTARTS", "VERDICTS",
-           "add_rates", "cause_advice", "diagnose", "memory_growth", "since_last_down", "unit_restarts"]
+           "add_rates", "cause_advice", "diagnose", "group_member_lost", "memory_growth", "since_last_down",
+           "unit_restarts"]
 
 CAUSE_IDS = ("engine_down", "probe_errors", "kv_cache_exhausted", "concurrency_cap",
              "active_seq_cap", "token_budget", "head_of_line_blocking", "admission_stall",
              "deferred_backlog", "deferred_deadlock", "admission_rejections", "request_errors",
-             "request_aborts", "invalid_metrics", "crash_loop", "memory_growth")
+             "request_aborts", "invalid_metrics", "crash_loop", "memory_growth", "group_member_lost")
 VERDICTS = ("healthy", "degraded", "unhealthy")
 DEFAULT_THRESHOLDS = {
     # usage at or above this counts as "near full"; below it the cache has room.
@@ -142,6 +143,12 @@ _ADVICE = {
         "allocated once at start). A restart frees it: "
         "let the scheduled restart cure it (mode when_degraded with memory_growth among "
         "vllm_restart_causes), and report the version and the workload upstream."),
+    "group_member_lost": (
+        "An engine of this serving group is gone: its links into the head closed (read on the "
+        "head's host). vLLM does not notice: the head still answers /health and shows the engine's "
+        "last metrics, and the requests it routes there hang. A member cannot rejoin a head that "
+        "serves: restart the whole group (kvfleet.vllm.rolling_restart), after reading the lost "
+        "member's journal for why it went."),
     "invalid_metrics": (
         "The server's /metrics holds values that cannot be true (NaN or infinite values, negative "
         "counts, usage outside 0..1, bad block counts, duplicated series); the diagnosis ignored "
@@ -649,6 +656,30 @@ def unit_restarts(points, min_restarts=MIN_RESTARTS):
         "window_seconds": round(last["time"] - seen[0]["time"], 2)})
 
 
+def group_member_lost(snapshots):
+    """The group_member_lost cause from the head's links (each sample's 'group_links': links,
+    expected, by_address; the host program and the gate on the head's host read them), or None.
+    Critical once the last two samples that have them both lack links (an engine does not come
+    back), a warning when only the last does."""
+    seen = [s["group_links"] for s in snapshots if isinstance(s.get("group_links"), dict)
+            and isinstance(s["group_links"].get("links"), int) and isinstance(s["group_links"].get("expected"), int)
+            and not isinstance(s["group_links"]["links"], bool)]
+    if not seen or seen[-1]["links"] >= seen[-1]["expected"]:
+        return None
+    last = seen[-1]
+    critical = len(seen) == 1 or seen[-2]["links"] < seen[-2]["expected"]
+    per_engine = last.get("links_per_engine") or 4
+    return _cause("group_member_lost", "critical" if critical else "warning", {
+        "links": last["links"], "expected_links": last["expected"],
+        "engines_lost": -(-(last["expected"] - last["links"]) // per_engine),
+        "remote_engines": last["expected"] // per_engine, "links_by_address": last.get("by_address") or {},
+        "samples_with_loss": sum(1 for g in seen if g["links"] < g["expected"]), "samples": len(seen)},
+        "Here: %d of %d links from the group's %d remote engine(s) are open%s." % (
+            last["links"], last["expected"], last["expected"] // per_engine,
+            (" (%s)" % ", ".join("%s: %d" % kv for kv in sorted((last.get("by_address") or {}).items())))
+            if last.get("by_address") else ""))
+
+
 def memory_growth(points, settings=None):
     """The memory_growth cause from the monitor's history, or None.
 
@@ -739,6 +770,9 @@ def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None, unit_po
         causes.append(invalid)
     if looping:
         causes.append(looping)
+    lost = group_member_lost(readable)
+    if lost:
+        causes.append(lost)
     leaking = memory_growth(memory_points, memory_settings) if memory_points else None
     if leaking:
         causes.append(leaking)

@@ -274,33 +274,37 @@ def unreachable_snapshot(base_url, error, clock=time.time):
             "error": scrub(error)}
 
 
-def sample(fetch, base_url, clock=time.time):
+def sample(fetch, base_url, clock=time.time, observe=None):
     """A snapshot for a diagnosis window: the per-engine views only when there are several
     engines (one engine's view is the snapshot itself), no per-model views, and the record of an
-    unreadable server (engine_down) instead of an exception."""
+    unreadable server (engine_down) instead of an exception. observe(): what the caller reads
+    beside the server at the same moment (a serving group head's links, on its host), added."""
     try:
         snap = snapshot(fetch, base_url, clock)
     except ProbeError as exc:
-        return unreachable_snapshot(base_url, exc, clock)
-    engines = snap.pop("engines", None) or {}
-    if len(engines) > 1:
-        snap["engines"] = engines
-    snap.pop("models", None)
+        snap = unreachable_snapshot(base_url, exc, clock)
+    else:
+        engines = snap.pop("engines", None) or {}
+        if len(engines) > 1:
+            snap["engines"] = engines
+        snap.pop("models", None)
+    if observe is not None:
+        snap.update(observe())
     return snap
 
 
-def sample_window(fetch, base_url, samples, interval, sleep=time.sleep, clock=time.time):
+def sample_window(fetch, base_url, samples, interval, sleep=time.sleep, clock=time.time, observe=None):
     """`samples` samples at a steady cadence: each one `interval` s after the previous was due."""
     snaps, start = [], clock()
     for i in range(samples):
         if i:
             sleep(max(0.0, start + i * interval - clock()))
-        snaps.append(sample(fetch, base_url, clock))
+        snaps.append(sample(fetch, base_url, clock, observe))
     return snaps
 
 
 def sample_until_decided(fetch, base_url, samples, interval, judge, sleep=time.sleep,
-                         clock=time.time):
+                         clock=time.time, observe=None):
     """A window of `samples`, then more samples while judge(snaps) says something is pending.
 
     judge(snaps) -> a diagnosis with 'pending' (entries with 'seconds_left'). A window that
@@ -308,7 +312,7 @@ def sample_until_decided(fetch, base_url, samples, interval, judge, sleep=time.s
     extended (every `interval` s, at least 1 s) until the diagnosis decides, never beyond
     MAX_WINDOW_SECONDS. Returns (snaps, diagnosis, seconds added).
     """
-    snaps = sample_window(fetch, base_url, samples, interval, sleep, clock)
+    snaps = sample_window(fetch, base_url, samples, interval, sleep, clock, observe)
     result = judge(snaps)
     begun = clock()
     while True:
@@ -316,7 +320,7 @@ def sample_until_decided(fetch, base_url, samples, interval, judge, sleep=time.s
         if delay is None:
             break
         sleep(delay)
-        snaps.append(sample(fetch, base_url, clock))
+        snaps.append(sample(fetch, base_url, clock, observe))
         result = judge(snaps)
     return snaps, result, round(clock() - begun, 2)
 

@@ -99,6 +99,29 @@ options:
       max_model_len:
         description: As O(max_model_len), for this server.
         type: int
+  serving_group_head:
+    version_added: 0.4.0
+    description:
+      - The instance as the server role's deployment record lists it, when it may head a
+        serving group across hosts (the record's C(unit), C(port) and C(group)); ignored for
+        any other instance.
+      - Read on the head's host (the module runs there, as the role and the playbooks run it),
+        each sample also counts the links the group's remote engines hold into the head
+        (C(/proc), systemd's C(MainPID) and C(ControlGroup)); fewer than four per remote engine
+        is C(group_member_lost). vLLM itself never notices a lost member.
+    type: dict
+    suboptions:
+      unit:
+        description: The head's systemd unit.
+        type: str
+        required: true
+      port:
+        description: The head's API port (its HTTP clients are not engines).
+        type: int
+        required: true
+      group:
+        description: The record's C(group) (C(key), C(role), C(size), C(size_local)).
+        type: dict
   concurrency:
     version_added: 0.3.0
     description:
@@ -400,6 +423,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
     LIMIT_NAMES, VERDICTS, add_rates, diagnose)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import head_links
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import window
@@ -471,17 +495,33 @@ def _outcome(url, snaps, result, extended):
                 latency=latency, **result)
 
 
+def _head_observer(module):
+    """observe() for each sample: a serving group head's links, read on this host; None when
+    the instance is no such head."""
+    head = module.params["serving_group_head"]
+    if not head or not isinstance(head.get("group"), dict) or head["group"].get("role") != "head":
+        return None
+
+    def show(unit):
+        rc, out, unused = module.run_command(["systemctl", "show", "-p", "MainPID,ControlGroup", unit])
+        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+
+    return lambda: head_links(show, head["unit"], head["port"], head["group"])
+
+
 def _gate(module, fetch, url, limits):
     """Sample one server and diagnose it: the result of a single-target run (without changed)."""
     p = module.params
+    observe = _head_observer(module)
 
     def judge(snaps):
         return _judge(module, limits, snaps)
 
     if p["extend"]:
-        snaps, result, extended = sample_until_decided(fetch, url, p["samples"], p["interval"], judge)
+        snaps, result, extended = sample_until_decided(fetch, url, p["samples"], p["interval"], judge,
+                                                       observe=observe)
     else:
-        snaps = sample_window(fetch, url, p["samples"], p["interval"])
+        snaps = sample_window(fetch, url, p["samples"], p["interval"], observe=observe)
         result, extended = judge(snaps), 0.0
     return _outcome(url, snaps, result, extended)
 
@@ -604,6 +644,11 @@ def main():
                 max_num_active_seqs=dict(type="int"),
                 max_model_len=dict(type="int"),
             )),
+            serving_group_head=dict(type="dict", options=dict(
+                unit=dict(type="str", required=True),
+                port=dict(type="int", required=True),
+                group=dict(type="dict"),
+            )),
             concurrency=dict(type="int", default=32),
             samples=dict(type="int", default=3),
             interval=dict(type="float", default=2.0),
@@ -625,7 +670,7 @@ def main():
             fail_on=dict(type="list", elements="str", choices=list(VERDICTS),
                          default=["unhealthy"]),
         ),
-        mutually_exclusive=[("url", "targets")],
+        mutually_exclusive=[("url", "targets"), ("serving_group_head", "targets")],
         required_one_of=[("url", "targets")],
         supports_check_mode=True,
     )

@@ -31,6 +31,7 @@ SEVERITIES = {
     "admission_rejections": ("warning",), "request_errors": ("warning", "critical"),
     "request_aborts": ("warning",), "invalid_metrics": ("warning",),
     "crash_loop": ("warning", "critical"), "memory_growth": ("warning",),
+    "group_member_lost": ("warning", "critical"),
 }
 ALERT_NAMES = dict((c, "Vllm" + "".join(w.capitalize() for w in c.split("_"))) for c in CAUSE_IDS)
 

@@ -43,6 +43,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "li
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
     add_rates, diagnose, memory_growth, since_last_down)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (  # noqa: E402
+    head_links, process_tree)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (  # noqa: E402
     window as latency_window)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._nvml import process_memory  # noqa: E402
@@ -162,7 +164,7 @@ def make_fetcher(base_url, timeout, api_key=None, max_body_bytes=MAX_BODY_BYTES,
 def unit_state(unit):
     out = subprocess.run(["systemctl", "show", "-p",
                           "ActiveState,SubState,NRestarts,Result,ActiveEnterTimestampMonotonic,"
-                          "MainPID", unit],
+                          "MainPID,ControlGroup", unit],
                          capture_output=True, text=True, check=False).stdout
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     state["NRestarts"] = int(state.get("NRestarts") or 0)
@@ -182,22 +184,7 @@ def unit_memory(state, proc="/proc", nvml=None):
         main = 0
     if main <= 0:
         return None
-    children = {}
-    for name in os.listdir(proc):
-        if not name.isdigit():
-            continue
-        try:
-            with open(os.path.join(proc, name, "stat")) as f:
-                # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue   # exited while we read
-        children.setdefault(ppid, []).append(int(name))
-    pids, todo = [], [main]
-    while todo and len(pids) < 4096:
-        pid = todo.pop()
-        pids.append(pid)
-        todo.extend(children.get(pid, []))
+    pids = process_tree(main, proc)
     rss, counted = 0, 0
     for pid in pids:
         try:
@@ -433,9 +420,9 @@ def take(url, api_key=None, timeout=10, tls=None):
 
 
 def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, timeout=10,
-             limits=None, tls=None):
+             limits=None, tls=None, observe=None):
     """The gate as cache_gate runs it: a window, extended while it looks like a stall or an
-    outage until decided."""
+    outage until decided. observe(): read beside each sample (a serving group head's links)."""
     error = (check_range("samples", samples) or check_range("interval", interval)
              or check_window(samples, interval) or check_range("timeout", timeout))
     if error:
@@ -445,7 +432,7 @@ def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, time
         return diagnose(add_rates(snaps), max_num_seqs=max_num_seqs, limits=limits)
 
     snaps, result, extended = sample_until_decided(
-        make_fetcher(url, timeout, api_key, tls=tls), url, samples, interval, judge)
+        make_fetcher(url, timeout, api_key, tls=tls), url, samples, interval, judge, observe=observe)
     result["latency"] = latency_window(snaps)
     for snap in snaps:
         snap.pop("histograms", None)  # as cache_gate: the quantiles, not the raw counts
@@ -660,7 +647,8 @@ def restart_one(cfg, inst):
     if cfg.get("mode") == "when_degraded":
         result = run_gate(inst["url"], cfg.get("gate_samples", 3), cfg.get("gate_interval", 2),
                           inst.get("max_num_seqs"), os.environ.get("VLLM_API_KEY"),
-                          limits=inst.get("limits"), tls=inst.get("tls"))
+                          limits=inst.get("limits"), tls=inst.get("tls"),
+                          observe=lambda: head_links(unit_state, unit, inst.get("port"), inst.get("group")))
         found = [c["id"] for c in result["causes"]]
         leaking = monitor_memory_growth(cfg, inst)
         if leaking:
@@ -821,6 +809,8 @@ def _sample_one(cfg, inst, history, window):
         now.update(unit_restarts=state["NRestarts"], unit_active_state=state["ActiveState"],
                    unit_result=state.get("Result"),
                    unit_memory=unit_memory(state, nvml=load_nvml(inst.get("venv"))))
+        # a serving group head: are its remote engines still linked (group_member_lost)?
+        now.update(head_links(lambda unit: state, inst["unit"], inst.get("port"), inst.get("group")))
     add_rates(([dict(past[-1])] if past else []) + [now])
     recent = since_last_down([dict(h) for h in past[-(window - 1):]] + [now])
     # restarts count over the whole window, the ones before the last outage too (since_last_down
