@@ -668,7 +668,7 @@ def group_member_lost(snapshots):
         return None
     last = seen[-1]
     critical = len(seen) == 1 or seen[-2]["links"] < seen[-2]["expected"]
-    per_engine = last.get("links_per_engine") or 4
+    per_engine = last.get("links_per_engine") or 2
     return _cause("group_member_lost", "critical" if critical else "warning", {
         "links": last["links"], "expected_links": last["expected"],
         "engines_lost": -(-(last["expected"] - last["links"]) // per_engine),

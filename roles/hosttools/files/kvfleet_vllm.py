@@ -17,7 +17,8 @@ health wait) use the same parser and rules as the modules. Standard library only
                                                                   an instance whose cure persists)
 The restart guard, the monitor and trends read the instances from the deployment record that the
 configuration names (the server role writes it; one model of an instance, no copies).
-  kvfleet-vllm warmup --url URL [--env-file /etc/vllm/main.env]    (one short completion, JSON)
+  kvfleet-vllm warmup --url URL [--env-file /etc/vllm/main.env] [--engines N]
+                                                                   (one short completion, JSON)
   kvfleet-vllm stale --unit vllm-main.service --file F ...          (process older than its files?)
   kvfleet-vllm applied --unit vllm-main.service --file F            (its process serves F already: a
                                                                   LoRA adapter loaded at runtime)
@@ -471,6 +472,9 @@ def read_env_file(path):
 
 def warmup(args):
     """One short completion through the OpenAI API; exit 0 when the server generated tokens.
+    With --engines N (a serving group head), one completion for each engine, pinned to it with
+    the X-data-parallel-rank header (vLLM 0.32.0: vllm/entrypoints/generate/base/serving.py:225):
+    a member whose engine is gone, or cut off, times out there while the head stays healthy.
 
     The API key comes from the instance's environment file (or VLLM_API_KEY), never from the
     command line, where ps and Ansible's -vvv output would show it.
@@ -494,9 +498,9 @@ def warmup(args):
             sys.stdout.write("\n")
             return 1
 
-    def call(path, data=None):
-        status, reason, location, raw = http_request(base + path, args.timeout, headers, data,
-                                                     context=context)
+    def call(path, data=None, extra=None):
+        status, reason, location, raw = http_request(base + path, args.timeout, dict(headers, **(extra or {})),
+                                                     data, context=context)
         if 300 <= status < 400:
             raise FetchError("HTTP %s from %s: %s" % (status, path, redirect_refused(location)))
         if status >= 300:
@@ -504,16 +508,32 @@ def warmup(args):
                                                  scrub(raw[:300].decode("utf-8", "replace"))))
         return json.loads(raw.decode("utf-8", "replace"))
 
+    engine = None
     try:
         result["model"] = scrub(call("/v1/models")["data"][0]["id"], 200)
         body = json.dumps({"model": result["model"], "prompt": args.prompt,
                            "max_tokens": args.max_tokens, "temperature": 0}).encode()
-        answer = call("/v1/completions", body)
-        choice = answer["choices"][0]
-        result.update(finish_reason=choice.get("finish_reason"),
-                      completion_tokens=(answer.get("usage") or {}).get("completion_tokens"))
+        engines = getattr(args, "engines", 1) or 1
+        if engines > 1:
+            result["engines"] = []
+        for rank in range(engines):
+            engine = rank if engines > 1 else None
+            t0 = time.time()
+            answer = call("/v1/completions", body, {"X-data-parallel-rank": str(rank)} if engine is not None else None)
+            choice = answer["choices"][0]
+            result.update(finish_reason=choice.get("finish_reason"),
+                          completion_tokens=(answer.get("usage") or {}).get("completion_tokens"))
+            if engine is not None:
+                result["engines"].append({"rank": rank, "finish_reason": result["finish_reason"],
+                                          "seconds": round(time.time() - t0, 3)})
+                if result["finish_reason"] not in ("length", "stop"):
+                    break
     except DeadlineExceeded:
         result["error"] = "timed out after %ss (one deadline for each request)" % args.timeout
+        if engine is not None:
+            result["error"] += ("; engine %d (X-data-parallel-rank: %d) did not answer: a serving group "
+                                "member that is gone or cut off (vLLM keeps routing to it); restart the "
+                                "group with kvfleet.vllm.rolling_restart" % (engine, engine))
     except FetchError as exc:
         result["error"] = str(exc)
     except (OSError, http.client.HTTPException, ValueError, RecursionError, KeyError, IndexError,
@@ -979,6 +999,7 @@ _WAIT = (0, True, 86400, "0 or more seconds")
 _LONG_TIMEOUT = (0, False, 86400, "a positive number of seconds")
 _DELAY = (0, True, 3600, "0 or more seconds")
 _MAX_TOKENS = (1, True, 100000, "1 or more")
+_ENGINES = (1, True, 4096, "1 or more")
 
 
 def _add_tls_options(p):
@@ -1035,6 +1056,8 @@ def main(argv=None):
     p.add_argument("--prompt", default="Hello")
     p.add_argument("--max-tokens", type=_number("--max-tokens", _MAX_TOKENS, int), default=4)
     p.add_argument("--timeout", type=_number("--timeout", _LONG_TIMEOUT), default=120)
+    p.add_argument("--engines", type=_number("--engines", _ENGINES, int), default=1,
+                   help="a serving group head's engines: one completion pinned to each (X-data-parallel-rank)")
     _add_tls_options(p)
     p.set_defaults(func=warmup)
     args = parser.parse_args(argv)

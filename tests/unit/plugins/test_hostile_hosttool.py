@@ -237,3 +237,48 @@ def test_cli_refuses_unbounded_numbers_naming_the_flag(argv, text, capsys, monke
     assert "error" not in box, "%s raised %r" % (argv, box.get("error"))
     assert box["code"] == 2
     assert text in capsys.readouterr().err
+
+
+def _group_head(dead_rank):
+    """A serving group head whose engine `dead_rank` is gone: vLLM keeps routing requests pinned
+    to it (X-data-parallel-rank), and they hang (measured on vLLM CPU 0.32.0)."""
+    sane = ls.vllm()
+
+    def behaviour(h):
+        if h.path.endswith("/v1/completions") and h.headers.get("X-data-parallel-rank") == str(dead_rank):
+            time.sleep(ls.STOP_AFTER)
+            return
+        sane(h)
+    return behaviour
+
+
+def test_warmup_of_a_group_head_pins_one_completion_to_each_engine(capsys):
+    with ls.LocalServer(_group_head(dead_rank=9)) as srv:
+        code = prog.warmup(argparse.Namespace(url=srv.url, env_file=None, prompt="Hi", max_tokens=2,
+                                              timeout=5, engines=3))
+    assert code == 0, capsys.readouterr().err
+    result = json.loads(capsys.readouterr().out)
+    assert [e["rank"] for e in result["engines"]] == [0, 1, 2]
+    pinned = [r["headers"].get("X-data-parallel-rank") for r in srv.requests if r["path"].endswith("/v1/completions")]
+    assert pinned == ["0", "1", "2"]
+
+
+def test_warmup_names_the_engine_of_a_lost_member(capsys):
+    with ls.LocalServer(_group_head(dead_rank=1)) as srv:
+        start = time.monotonic()
+        code = prog.warmup(argparse.Namespace(url=srv.url, env_file=None, prompt="Hi", max_tokens=2,
+                                              timeout=2, engines=2))
+        elapsed = time.monotonic() - start
+    assert code == 1 and elapsed < 2 + SLACK
+    result = json.loads(capsys.readouterr().err)
+    assert "engine 1 (X-data-parallel-rank: 1) did not answer" in result["error"]
+    assert "kvfleet.vllm.rolling_restart" in result["error"]
+    assert [e["rank"] for e in result["engines"]] == [0]
+
+
+def test_warmup_of_a_single_engine_sends_no_rank(capsys):
+    with ls.LocalServer(ls.vllm()) as srv:
+        code = prog.warmup(argparse.Namespace(url=srv.url, env_file=None, prompt="Hi", max_tokens=2,
+                                              timeout=5, engines=1))
+    assert code == 0 and "engines" not in json.loads(capsys.readouterr().out)
+    assert all("X-data-parallel-rank" not in r["headers"] for r in srv.requests)

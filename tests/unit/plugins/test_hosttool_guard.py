@@ -255,3 +255,32 @@ def test_a_head_whose_workers_run_elsewhere_is_never_restarted_alone(tmp_path, h
     assert prog.restart_one({"mode": mode, "causes": ["engine_down"]}, head) == "skipped"
     assert host.calls == []
     assert "restart the group as one unit with kvfleet.vllm.rolling_restart" in capsys.readouterr().out
+
+
+def test_when_degraded_reads_a_group_heads_links_and_restarts_the_group_on_the_host(tmp_path, host, monkeypatch, capsys):
+    """A head whose worker on the same host died: the gate's samples carry the head's links
+    (head_links, read for the head's unit and port), group_member_lost is among the causes, and
+    the guard restarts head and worker as one unit."""
+    head = prog.load_instances(_group_record(tmp_path, 1, [1]))[0]
+    read = []
+
+    def links(show, unit, port, group):
+        read.append((unit, port, group["role"]))
+        return {"group_links": {"links": 0, "expected": 2, "links_per_engine": 2, "by_address": {}}}
+
+    def gate(url, *args, **kwargs):
+        snap = kwargs["observe"]()
+        return {"verdict": "unhealthy", "causes": [{"id": "group_member_lost"}] if snap["group_links"]["links"] < 2 else []}
+
+    monkeypatch.setattr(prog, "head_links", links)
+    monkeypatch.setattr(prog, "run_gate", gate)
+    monkeypatch.setattr(prog, "_wait_idle", lambda inst, timeout: {})
+    monkeypatch.setattr(prog, "wait_healthy", lambda waiter: 0)
+    done = []
+    monkeypatch.setattr(prog.subprocess, "run", lambda argv, **_k: done.append(argv) or
+                        prog.subprocess.CompletedProcess(argv, 0, "", ""))
+    cfg = {"mode": "when_degraded", "causes": ["group_member_lost"], "monitor_config": str(tmp_path / "absent.json")}
+    assert prog.restart_one(cfg, head) == "restarted"
+    assert read == [("vllm-g0.service", None, "head")]
+    assert done[0] == ["systemctl", "stop", "vllm-g0.service"] and done[-1] == ["systemctl", "start", "vllm-g0.service"]
+    assert "restarting: group_member_lost found" in capsys.readouterr().out

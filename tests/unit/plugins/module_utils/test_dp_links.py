@@ -1,7 +1,8 @@
 """_dp_links: a serving group head's links from its remote engines, read from a /proc laid out
 as the one measured on vLLM CPU 0.32.0 (a head with one engine of its own, a headless worker's
 engine on another host): the API server and its DP coordinator each hold two links from the
-remote engine, the head's own engine four inside its tree, an HTTP client on the API port."""
+remote engine (the API server's two count), the head's own engine four inside its tree, an HTTP
+client on the API port, a torch.distributed link between the engines."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import socket
 import struct
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (
-    LINKS_PER_ENGINE, engine_links, expected_links, process_tree, unit_pids)
+    LINKS_PER_ENGINE, engine_links, expected_links, head_links, process_tree, unit_pids)
 
 HEAD, WORKER, CLIENT = "10.88.0.62", "10.88.0.63", "10.88.0.1"
 API, RPC = 8000, 13345
@@ -82,26 +83,46 @@ def _head(tmp_path, worker_alive=True, rpc_listening=False, worker_v6=False):
                 p.sock(owner, ("::ffff:" + HEAD, port), ("::ffff:" + WORKER, 60000 + i), "01", v6=True)
             else:
                 p.sock(owner, (HEAD, port), (WORKER, 60000 + i), "01")
+    if worker_alive:
+        # torch.distributed between the engines: into the head's engine, not its API server
+        p.sock(engine0, (HEAD, 29500), ("0.0.0.0", 0), "0A")
+        p.sock(engine0, (HEAD, 29500), (WORKER, 61000), "01")
     # a connection of another process on one of those ports' numbers: not the head's
     p.sock(900, (HEAD, 22), (CLIENT, 41001), "01")
     p.write()
     return p
 
 
-def test_a_serving_group_head_holds_four_links_per_remote_engine(tmp_path):
+def test_a_serving_group_head_holds_two_links_per_remote_engine_in_its_api_server(tmp_path):
     p = _head(tmp_path)
     pids = process_tree(500, p.root)
     assert sorted(pids) == [500, 510, 520]
-    links = engine_links(pids, API, RPC, p.root)
-    assert links["links"] == expected_links(2, 1) == LINKS_PER_ENGINE
-    assert links["by_address"] == {WORKER: 4}
+    links = engine_links(pids, API, RPC, p.root, counted=[500])
+    assert links["links"] == expected_links(2, 1) == LINKS_PER_ENGINE == 2
+    assert links["by_address"] == {WORKER: 2}
     assert links["rpc_listening"] is False
     assert API in links["listening"]
+    # every process of the tree: the coordinator's two and the engines' torch.distributed link too
+    assert engine_links(pids, API, RPC, p.root)["by_address"] == {WORKER: 5}
+
+
+def test_head_links_reads_the_unit_and_counts_its_main_process(tmp_path):
+    p = _head(tmp_path)
+    group = {"key": "%s:%d" % (HEAD, RPC), "role": "head", "size": 3, "size_local": 1}
+    out = head_links(lambda unit: {"MainPID": "500", "ControlGroup": ""}, "vllm-main.service", API, group,
+                     p.root, str(tmp_path / "no-cgroup"))["group_links"]
+    # three engines, one its own: two remote ones expected, one linked
+    assert (out["links"], out["expected"], out["links_per_engine"], out["rpc_listening"]) == (2, 4, 2, False)
+    for other in ({"role": "worker", "size": 2, "size_local": 1}, {"role": "head", "size": 2, "size_local": 2},
+                  {"role": "head", "size": "2", "size_local": 1}, None, "x"):
+        assert head_links(lambda unit: {"MainPID": "500"}, "u", API, other, p.root) == {}
+    assert head_links(lambda unit: {"MainPID": "0"}, "u", API, group, p.root) == {}
+    assert head_links(lambda unit: {}, "u", API, group, p.root) == {}
 
 
 def test_a_dead_member_leaves_no_link(tmp_path):
     p = _head(tmp_path, worker_alive=False)
-    links = engine_links(process_tree(500, p.root), API, RPC, p.root)
+    links = engine_links(process_tree(500, p.root), API, RPC, p.root, counted=[500])
     assert links["links"] == 0 and links["by_address"] == {}
 
 
@@ -112,8 +133,8 @@ def test_a_head_waiting_for_its_engines_still_listens_on_the_rpc_port(tmp_path):
 
 def test_ipv4_peers_of_a_dual_stack_socket_read_as_ipv4(tmp_path):
     p = _head(tmp_path, worker_v6=True)
-    links = engine_links(process_tree(500, p.root), API, RPC, p.root)
-    assert links["by_address"] == {WORKER: 4}
+    links = engine_links(process_tree(500, p.root), API, RPC, p.root, counted=[500])
+    assert links["by_address"] == {WORKER: 2}
 
 
 def test_the_unit_cgroup_wins_over_the_tree_and_a_bad_one_falls_back(tmp_path):
@@ -134,6 +155,6 @@ def test_garbage_in_proc_is_skipped_not_fatal(tmp_path):
     with open(os.path.join(p.root, "net", "tcp"), "a") as f:
         f.write("garbage line\n  9: ZZZZ:1 0100007F:1 01 0 0 0 0 0 0 1234\n")
     os.makedirs(os.path.join(p.root, "4242"))   # a process that exited while we read: no stat
-    links = engine_links(process_tree(500, p.root), API, RPC, p.root)
-    assert links["links"] == 4
+    links = engine_links(process_tree(500, p.root), API, RPC, p.root, counted=[500])
+    assert links["links"] == 2
     assert process_tree(500, str(tmp_path / "no-proc")) == []
