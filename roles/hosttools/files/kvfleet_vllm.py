@@ -20,6 +20,9 @@ configuration names (the server role writes it; one model of an instance, no cop
   kvfleet-vllm warmup --url URL [--env-file /etc/vllm/main.env] [--engines N]
                                                                    (one short completion, JSON)
   kvfleet-vllm stale --unit vllm-main.service --file F ...          (process older than its files?)
+  kvfleet-vllm start --spec '[{"unit": U, "files": [F, ...]}, ...]' [--enabled yes|no] [--reload]
+                     [--check]       (the server role's run step: clear a failed unit's start limit,
+                                      enable and start each, and the stale check, in one call; JSON)
   kvfleet-vllm applied --unit vllm-main.service --file F            (its process serves F already: a
                                                                   LoRA adapter loaded at runtime)
 """
@@ -319,6 +322,78 @@ def stale(unit, files, now=None, now_mono=None, applied=None):
     if newer:
         result.update(stale=True, why="the running process (PID %s) predates %s" % (state["MainPID"], ", ".join(newer)))
     return result
+
+
+def _systemctl(*argv):
+    proc = subprocess.run(["systemctl"] + list(argv), capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError("systemctl %s failed (exit %d): %s" % (" ".join(argv), proc.returncode,
+                                                                   scrub(proc.stderr.strip() or proc.stdout.strip(), 500)))
+    return proc.stdout
+
+
+def _show(unit, props="ActiveState,Result,UnitFileState,LoadState"):
+    out = subprocess.run(["systemctl", "show", "-p", props, unit], capture_output=True, text=True,
+                         check=False).stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def start_units(spec, enabled=True, reload=False, check=False):
+    """The server role's run step for a host's units, in one call instead of three tasks a unit
+    (tasks/service.yml): a unit that gave up after its start limit (failed) has it cleared (a
+    deploy is a deliberate start), the unit files are reloaded when asked, each unit is enabled
+    (or disabled) and started if it does not run, and a unit that ran already is asked whether
+    its process predates its files (stale()). spec: [{unit, files}]. check: say what would be
+    done, change nothing. Returns {changed, units: [{unit, before, reset, enabled_changed,
+    started, active, stale, why}]}."""
+    out = {"changed": False, "units": []}
+    if reload and not check:
+        _systemctl("daemon-reload")
+    for entry in spec:
+        unit, files = entry["unit"], entry.get("files") or []
+        before = _show(unit)
+        row = {"unit": unit, "before": before.get("ActiveState"), "reset": False,
+               "enabled_changed": False, "started": False, "stale": False, "why": None}
+        if before.get("ActiveState") == "failed":
+            row["reset"] = True
+            if not check:
+                _systemctl("reset-failed", unit)
+        state = before.get("UnitFileState")
+        if enabled and state not in ("enabled", "enabled-runtime", "static", "alias"):
+            row["enabled_changed"] = True
+            if not check:
+                _systemctl("enable", unit)
+        elif not enabled and state in ("enabled", "enabled-runtime"):
+            row["enabled_changed"] = True
+            if not check:
+                _systemctl("disable", unit)
+        if before.get("ActiveState") != "active":
+            row["started"] = True
+            if not check:
+                _systemctl("start", unit)
+        else:
+            answer = stale(unit, files)
+            row.update(stale=answer["stale"], why=answer["why"])
+        row["active"] = True if check and row["started"] else _show(unit, "ActiveState").get("ActiveState") == "active"
+        out["changed"] |= row["reset"] or row["enabled_changed"] or row["started"]
+        out["units"].append(row)
+    return out
+
+
+def start_command(args):
+    """Print start_units()'s answer as JSON; exit 1 (with the reason) when systemctl fails."""
+    try:
+        spec = json.loads(args.spec)
+        if not isinstance(spec, list) or not all(isinstance(e, dict) and isinstance(e.get("unit"), str)
+                                                 for e in spec):
+            raise ValueError("--spec must be a JSON list of {unit, files}")
+        result = start_units(spec, args.enabled == "yes", args.reload, args.check)
+    except (ValueError, RuntimeError) as exc:
+        print(scrub(str(exc)), file=sys.stderr)
+        return 1
+    json.dump(result, sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
 
 
 def stale_command(args):
@@ -1025,6 +1100,12 @@ def main(argv=None):
     p.add_argument("--file", action="append", help="a file the process read at start (repeat)")
     p.add_argument("--applied", help="the stamp of `applied` (default: %s/UNIT.json)" % APPLIED_DIR)
     p.set_defaults(func=stale_command)
+    p = sub.add_parser("start", help="clear, enable and start units, and ask whether each running one is stale (JSON)")
+    p.add_argument("--spec", required=True, help='JSON: [{"unit": U, "files": [F, ...]}, ...]')
+    p.add_argument("--enabled", choices=("yes", "no"), default="yes")
+    p.add_argument("--reload", action="store_true", help="systemctl daemon-reload first")
+    p.add_argument("--check", action="store_true", help="say what would be done; change nothing")
+    p.set_defaults(func=start_command)
     p = sub.add_parser("applied", help="stamp files the running process already serves (a runtime change)")
     p.add_argument("--unit", required=True)
     p.add_argument("--file", action="append", required=True, help="a file whose content it serves (repeat)")
