@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,7 @@ def alias_inventory(path, inventory, env, hosts):
 
 
 def run_check(inventory, report, env, forks, extra=()):
+    """One --check run: wall, CPU of the playbook's process tree, the report's hosts."""
     cmd = ["ansible-playbook", "-i", inventory, "kvfleet.vllm.deploy", "--check", "-f", str(forks),
            "-e", "vllm_deploy_hosts=vllm", "-e", "vllm_deploy_report_dir=%s" % report] + list(extra)
     t0 = time.time()
@@ -74,15 +76,21 @@ def run_check(inventory, report, env, forks, extra=()):
     if os.waitstatus_to_exitcode(status) != 0:
         sys.stderr.write(out.decode(errors="replace")[-4000:])
         raise RuntimeError("ansible-playbook --check failed: %s" % " ".join(cmd))
-    with open(os.path.join(report, "kvfleet-vllm-deploy.json")) as f:
-        hosts = json.load(f)["hosts"]
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "hosts": hosts,
-            "tasks_log": out.decode(errors="replace").count("\nTASK [")}
+    try:
+        with open(os.path.join(report, "kvfleet-vllm-deploy.json")) as f:
+            hosts = json.load(f)["hosts"]
+    except FileNotFoundError:
+        # a collection from before the report was written in check mode: its summary table
+        hosts = [{"host": m.group(1), "outcome": m.group(2), "plan": {"converged": m.group(2) == "unchanged"}}
+                 for m in re.finditer(r"^\s*- (gpu-\d+)\s+\S+\s+.*?\s(unchanged|checked)\s+\d+",
+                                      out.decode(errors="replace"), re.M)]
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "hosts": hosts}
 
 
-def bench(sizes, demo_inventory, env, forks=(5,), baselines=()):
+def bench(sizes, demo_inventory, env, forks=(5,), baselines=(), extra=()):
     """rows: one per (hosts, forks, collection). baselines: [(label, ANSIBLE_COLLECTIONS_PATH)]
-    run at the smallest size beside the collection as it is now."""
+    run at the smallest size beside the collection as it is now. extra: -e arguments that make
+    the inventory say what the demo hosts run (their converged settings)."""
     work = tempfile.mkdtemp(prefix="kvfleet-fleetcheck-")
     rows = []
     for hosts in sizes:
@@ -94,7 +102,7 @@ def bench(sizes, demo_inventory, env, forks=(5,), baselines=()):
             for f in forks:
                 report = os.path.join(work, "report-%d-%d-%s" % (hosts, f, code.replace(" ", "_")))
                 print("[bench] fleetcheck: %d hosts, %d forks, collection %s ..." % (hosts, f, code), flush=True)
-                res = run_check(inv, report, run_env, f)
+                res = run_check(inv, report, run_env, f, extra)
                 outcomes = sorted(set(h["outcome"] for h in res["hosts"]))
                 converged = sum(1 for h in res["hosts"] if (h.get("plan") or {}).get("converged"))
                 rows.append({"hosts": hosts, "forks": f, "collection": code, "wall_s": res["wall_s"],

@@ -12,6 +12,7 @@ export KVFLEET_COLLECTION_COPY="$KVFLEET_COLLECTIONS/ansible_collections/kvfleet
 export KVFLEET_ARTIFACTS="${KVFLEET_ARTIFACTS-$KVFLEET_CACHE/artifacts}"  # screenshots the scenarios keep ("" keeps none)
 export KVFLEET_VLLM_VERSION="${KVFLEET_VLLM_VERSION:-0.32.0}"
 export KVFLEET_ROUTER_VERSION="${KVFLEET_ROUTER_VERSION:-0.1.17}"   # vllm-router on the fleet's router host
+export KVFLEET_RAY_VERSION="${KVFLEET_RAY_VERSION:-2.60.0}"   # Ray on the fleet's serving group over Ray
 export PATH="$KVFLEET_TOOLS/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$KVFLEET_COLLECTIONS"
 export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 NO_COLOR=1

@@ -101,6 +101,13 @@ if want wheelhouse; then
     ls "$wh"/vllm_router-*.whl >/dev/null
     echo "$KVFLEET_ROUTER_VERSION" > "$wh/.stamp-router"
   fi
+  # and Ray's, for the fleet scenario's serving group over Ray (vllm_server_ray_version)
+  if ! stamp_ok "$wh/.stamp-ray" "$KVFLEET_RAY_VERSION"; then
+    log "wheelhouse for ray $KVFLEET_RAY_VERSION"
+    "$KVFLEET_CACHE/vllm/bin/pip" download -q -d "$wh" "ray==$KVFLEET_RAY_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
+    ls "$wh"/ray-*.whl >/dev/null
+    echo "$KVFLEET_RAY_VERSION" > "$wh/.stamp-ray"
+  fi
 fi
 
 if want copy; then

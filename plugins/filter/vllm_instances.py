@@ -24,7 +24,8 @@ options:
   _input:
     description: The instances (C(vllm_server_instances)), each with C(name) and optionally C(port),
       C(options), C(extra_args), C(environment), C(cuda_visible_devices), C(data_parallel) (size,
-      size_local, start_rank, address, rpc_port; docs/serving-groups.md).
+      size_local, start_rank, address, rpc_port; docs/serving-groups.md); C(ray) and C(ray_node),
+      which P(kvfleet.vllm.serving_group#filter) sets for a serving group over Ray.
     type: list
     elements: dict
     required: true
@@ -32,7 +33,8 @@ options:
     description:
       - The role's shared values. Keys C(version), C(device), C(options) (flag options shared by
         every instance), C(extra_args), C(port) (default port), C(environment), C(config_dir),
-        C(api_key_set), C(allow_unauthenticated), C(var_prefix).
+        C(api_key_set), C(allow_unauthenticated), C(var_prefix); for a serving group over Ray,
+        C(ray_temp_dir), C(ray_start_args) and C(ray_version).
     type: dict
     required: true
 """
@@ -78,6 +80,16 @@ _value:
     headless: {description: "A serving group's worker: no API server, no URL (C(url) is null); the record lists heads only.", type: bool}
     group_role: {description: "C(head) or C(worker) in a serving group across hosts; null otherwise.", type: str}
     data_parallel: {description: The data parallel options it runs with (null without C(data_parallel))., type: dict}
+    ray:
+      description: >-
+        A Ray group's head: its cluster (role, address, port, node_address, gpus, world); its argv ends
+        with C(--distributed-executor-backend ray) and its environment has C(RAY_ADDRESS). Null otherwise.
+      type: dict
+    ray_node:
+      description: >-
+        A Ray group member's Ray node (the same settings): C(argv) is then what follows C(ray start), the
+        unit runs it from the vLLM venv, headless. Null otherwise.
+      type: dict
 """
 
 from ansible.errors import AnsibleFilterError

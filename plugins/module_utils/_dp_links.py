@@ -176,7 +176,8 @@ def head_links(show, unit, api_port, group, proc="/proc", cgroup_root="/sys/fs/c
     head (group: its deployment record's {key, role, size, size_local}) whose engines are not
     all its own; {} for any other instance, or a head that does not run (its outage is what the
     gate reads then). show(unit) -> systemd's MainPID and ControlGroup of the unit."""
-    if not isinstance(group, dict) or group.get("role") != "head":
+    # a Ray group's head (backend ray) has no data parallel engines to link
+    if not isinstance(group, dict) or group.get("role") != "head" or group.get("backend", "dp") != "dp":
         return {}
     size, local = group.get("size"), group.get("size_local")
     if not all(isinstance(n, int) and not isinstance(n, bool) for n in (size, local)) or size <= local:

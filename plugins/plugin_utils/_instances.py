@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import (
-    GroupError, dp_argv, dp_options, group_record, missing_flags)
+    GroupError, dp_argv, dp_options, group_record, missing_flags, ray_node)
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import (
     VllmArgsError, _manifest_flags, parse_version, render)
 
@@ -145,6 +145,38 @@ def _tls(tls, prefix):
     return out
 
 
+def _ray_node_instance(inst, name, where, settings):
+    """A serving group member's Ray node (`ray start`, from the vLLM venv): a unit of its own with
+    no API, recorded among the host's headless workers, so that everything that restarts a group
+    stops the head's vLLM first, starts the nodes, then the head (docs/serving-groups.md)."""
+    try:
+        argv, group = ray_node(inst["ray_node"], where, settings.get("ray_temp_dir", "/var/lib/vllm/ray"),
+                               settings.get("ray_start_args"))
+    except GroupError as exc:
+        raise InstanceError(str(exc))
+    for arg in argv:
+        _no_newline("%s (ray start arguments)" % where, arg)
+    ray = inst["ray_node"]
+    environment = dict(settings.get("environment") or {})
+    environment.update(inst.get("environment") or {})
+    unit = "vllm-%s.service" % name
+    env_file = "%s/%s.env" % (settings.get("config_dir", "/etc/vllm"), name)
+    record = {"name": name, "unit": unit, "url": None, "port": ray["port"], "bind": ray["node_address"],
+              "max_num_seqs": None, "limits": {}, "drain_seconds": 0, "env_file": env_file, "tls": None,
+              "group": group, "ray_version": settings.get("ray_version")}
+    return {
+        "name": name, "unit": unit, "port": ray["port"], "bind": ray["node_address"], "public": False,
+        "url": None, "argv": argv, "max_num_seqs": None, "limits": {}, "drain_seconds": 0,
+        "gpu_memory_utilization": None,
+        "gpus_needed": {"count": ray["gpus"], "why": "its GPUs in the Ray cluster (%sserving_group_gpus %d)"
+                        % (settings.get("var_prefix", "vllm_server_"), ray["gpus"])},
+        "cuda_visible_devices": str(inst.get("cuda_visible_devices", "") or ""),
+        "environment": environment, "env_file": env_file, "keys_file": None, "tls": None,
+        "group_role": "worker", "headless": True, "data_parallel": None, "ray_node": ray, "ray": None,
+        "record": record,
+    }
+
+
 def build(instances, settings):
     """Role variables -> (list of instance dicts, warnings).
 
@@ -154,7 +186,8 @@ def build(instances, settings):
     flag_manifest (the installed vLLM's, read back by the role), strict_flags, allow_v0_engine,
     api_key_rotation (previous keys are accepted: argv reads them from <config_dir>/<name>.keys.yaml),
     tls (host paths: certfile, keyfile, ca_file, client_auth none/optional/required, server_name,
-    probe_cert, probe_key; see _tls_options).
+    probe_cert, probe_key; see _tls_options), ray_temp_dir, ray_start_args and ray_version (a
+    serving group over Ray: plugins/filter/serving_group.py gives its members `ray` and `ray_node`).
     """
     prefix = settings.get("var_prefix", "vllm_server_")
     if not isinstance(instances, list) or not instances:
@@ -173,11 +206,23 @@ def build(instances, settings):
         seen_names.add(name)
         where = "%sinstances[%s]" % (prefix, name)
         unknown = set(inst) - {"name", "port", "options", "extra_args", "environment",
-                               "cuda_visible_devices", "data_parallel"}
+                               "cuda_visible_devices", "data_parallel", "ray", "ray_node"}
         if unknown:
             raise InstanceError("%s: unknown key(s) %s; allowed: name, port, options, extra_args, "
                                 "environment, cuda_visible_devices, data_parallel"
                                 % (where, ", ".join(sorted(unknown))))
+        if inst.get("ray_node") is not None:
+            node = _ray_node_instance(inst, name, where, settings)
+            if node["port"] in seen_ports:
+                raise InstanceError("%s: port %d is used by another instance" % (where, node["port"]))
+            seen_ports.add(node["port"])
+            out.append(node)
+            continue
+        ray = inst.get("ray")
+        if ray is not None and (not isinstance(ray, dict) or ray.get("role") != "head"
+                                or not isinstance(ray.get("world"), int) or not isinstance(ray.get("port"), int)):
+            raise InstanceError("%s.ray: set by the serving_group filter for a Ray group's head (%sserving_group_backend "
+                                "ray); got %r" % (where, prefix, ray))
         inst_options = inst.get("options") or {}
         inst_extra = inst.get("extra_args") or []
         if not isinstance(inst_options, dict):
@@ -221,22 +266,32 @@ def build(instances, settings):
                                     "(vLLM reads one config file, which then holds the keys)" % (where, prefix))
             keys_file = "%s/%s.keys.yaml" % (settings.get("config_dir", "/etc/vllm"), name)
             argv = argv + ["--config", keys_file]
-        if role is not None:
+        if role is not None or ray is not None:
             # last, so that they win over the same flags anywhere else; never left out (a member
-            # without them would serve alone): a vLLM that lacks one fails here
-            group_argv = dp_argv(dp)
+            # without them would serve alone; a Ray head would not use the cluster): a vLLM that
+            # lacks one fails here
+            group_argv = dp_argv(dp) if role is not None else ["--distributed-executor-backend", "ray"]
             version = parse_version(settings["version"])
             # render() has warned already when the manifest describes another version
             manifest = _manifest_flags(settings.get("flag_manifest") or None, version,
                                        settings["version"], [])
             missing = missing_flags(group_argv, version, manifest)
             if missing:
-                raise InstanceError("%s.data_parallel: vLLM %s does not accept %s, which data "
-                                    "parallel needs" % (where, settings["version"], ", ".join(missing)))
+                raise InstanceError("%s.%s: vLLM %s does not accept %s, which %s needs"
+                                    % (where, "data_parallel" if role is not None else "ray", settings["version"],
+                                       ", ".join(missing), "data parallel" if role is not None else "a Ray group"))
             argv = argv + group_argv
         for arg in argv:
             _no_newline("%s (vLLM arguments)" % where, arg)
         headless = role == "worker"
+        if ray is not None:
+            tp = _int_or_none(flag_value(argv, "--tensor-parallel-size")) or 1
+            pp = _int_or_none(flag_value(argv, "--pipeline-parallel-size")) or 1
+            if tp * pp != ray["world"]:
+                raise InstanceError(
+                    "%s: tensor_parallel_size (%d) x pipeline_parallel_size (%d) in %soptions = %d GPUs, but "
+                    "the Ray group's members give %d (%sserving_group_gpus on each); vLLM would wait 30 minutes "
+                    "for the rest, then fail" % (where, tp, pp, prefix, tp * pp, ray["world"], prefix))
 
         # What vLLM really runs with: the last --flag wins, extra_args included.
         port = _int_or_none(flag_value(argv, "--port"))
@@ -261,7 +316,9 @@ def build(instances, settings):
             raise InstanceError("%s: %stls_cert is set but this vLLM (%s) does not accept "
                                 "--ssl-certfile: it would serve plain HTTP" % (where, prefix, settings["version"]))
         seqs = _int_or_none(flag_value(argv, "--max-num-seqs"))
-        gpus_needed = _gpus_needed(argv)
+        # a Ray head's vLLM takes no GPU of its own: its workers take the Ray nodes' (counted there)
+        gpus_needed = _gpus_needed(argv) if ray is None else {
+            "count": 0, "why": "its workers run on the Ray cluster's GPUs (counted on each Ray node)"}
         # the scheduler settings /metrics does not show, for the gate's diagnosis
         limits = dict((flag[2:].replace("-", "_"), _int_or_none(flag_value(argv, flag)))
                       for flag in ("--max-num-batched-tokens", "--max-num-active-seqs",
@@ -271,6 +328,10 @@ def build(instances, settings):
 
         environment = dict(settings.get("environment") or {})
         environment.update(inst.get("environment") or {})
+        if ray is not None:
+            # without it ray.init() looks for the cluster in its temp folder, and where it does not
+            # find one starts a cluster of its own with no GPU (ray/_private/worker.py, 2.60.0)
+            environment.setdefault("RAY_ADDRESS", "%s:%d" % (ray["address"], ray["port"]))
         for key, value in environment.items():
             if not isinstance(key, str) or not _ENV_NAME.match(key):
                 raise InstanceError("%s.environment: %r is not a valid variable name "
@@ -297,6 +358,10 @@ def build(instances, settings):
             # only on a group's members: the records of everything else stay as they were (an
             # upgrade of the collection must not read as a change and restart converged hosts)
             record["group"] = group_record(dp, group_role)
+        if ray is not None:
+            group_role = "head"
+            record["group"] = {"key": "%s:%d" % (ray["address"], ray["port"]), "role": "head", "backend": "ray",
+                               "size": ray["world"], "size_local": 0}
         out.append({
             "name": name,
             "unit": unit,
@@ -322,6 +387,9 @@ def build(instances, settings):
             "headless": headless,
             # the vLLM data parallel options it runs with (None without data_parallel)
             "data_parallel": dp,
+            # a Ray group's head: its cluster (ray_plan's); a Ray node is an entry of its own
+            "ray": ray,
+            "ray_node": None,
             "record": record,
         })
     return out, warnings

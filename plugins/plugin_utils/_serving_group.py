@@ -22,7 +22,8 @@ import re
 
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import DATA_PARALLEL_SINCE
 
-__all__ = ["GroupError", "SINCE", "dp_argv", "dp_options", "missing_flags", "plan"]
+__all__ = ["GroupError", "RAY_NODE_NAME", "SINCE", "dp_argv", "dp_options", "missing_flags", "plan",
+           "ray_node", "ray_plan"]
 
 # The first release whose `vllm serve` takes each flag, for a check before vLLM is installed;
 # afterwards the installed vLLM's own flag manifest decides. Read in the wheels: 0.8.5 and
@@ -37,6 +38,9 @@ SINCE = {
     "--data-parallel-rpc-port": (0, 9, 0),
     "--data-parallel-start-rank": (0, 9, 0),
     "--headless": (0, 9, 0),
+    # a Ray group's head; in every release the collection supports (the flag came in 2024, with
+    # `ray` among its values: vllm/config/parallel.py, DistributedExecutorBackend, 0.32.0)
+    "--distributed-executor-backend": (0, 8, 0),
 }
 _ADDRESS = re.compile(r"^[A-Za-z0-9.:-]+$")
 _KEYS = ("size", "size_local", "start_rank", "address", "rpc_port")
@@ -161,3 +165,71 @@ def plan(group, members, me, prefix="vllm_server_"):
         size += engines
     return {"size": size, "size_local": mine[1], "start_rank": mine[0],
             "address": address, "rpc_port": rpc_port}
+
+
+# The unit of a host's Ray node (vllm-ray.service) beside the head's vLLM instance; a worker
+# host's Ray node takes its one instance's name (its unit replaces what ran there before).
+RAY_NODE_NAME = "ray"
+_RAY_ROLES = ("head", "worker")
+
+
+def ray_plan(group, members, me, port, prefix="vllm_server_"):
+    """An inventory group served over Ray -> this member's Ray settings.
+
+    members: the group's hosts in inventory order, each {host, gpus, address}; the first is the
+    head: it starts the Ray cluster (`ray start --head`, its GCS on `port`) and runs `vllm serve`
+    with the Ray executor, whose tensor and pipeline parallel workers Ray places on every node's
+    GPUs. Returns {role, address (the head's), port, node_address (this host's), gpus (this
+    host's), world (all members' GPUs)}."""
+    if not members:
+        raise GroupError("%sserving_group %r is not an inventory group with hosts" % (prefix, group))
+    hosts = [m["host"] for m in members]
+    if me not in hosts:
+        raise GroupError("%sserving_group %r: this host (%s) is not in that inventory group"
+                         % (prefix, group, me))
+    if len(set(hosts)) != len(hosts):
+        raise GroupError("%sserving_group %r lists a host twice" % (prefix, group))
+    if len(members) == 1:
+        raise GroupError("%sserving_group %r has one host (%s): a group spans hosts; for tensor or "
+                         "pipeline parallel on one host set the sizes alone" % (prefix, group, hosts[0]))
+    for member in members:
+        address = member.get("address")
+        if not isinstance(address, str) or not _ADDRESS.match(address):
+            raise GroupError("%sserving_group_address of %s must be a host name or IP that the other "
+                             "members reach, got %r" % (prefix, member["host"], address))
+        if _loopback(address):
+            raise GroupError("%sserving_group_address of %s is %s: the other hosts of %r cannot "
+                             "reach a loopback address" % (prefix, member["host"], address, group))
+    port = _int(port, "%sray_port" % prefix, 1, 65535)
+    gpus = [_int(m.get("gpus", 1), "%sserving_group_gpus of %s" % (prefix, m["host"]), 1, 1024)
+            for m in members]
+    mine = hosts.index(me)
+    return {"role": "head" if mine == 0 else "worker", "address": members[0]["address"], "port": port,
+            "node_address": members[mine]["address"], "gpus": gpus[mine], "world": sum(gpus)}
+
+
+def ray_node(ray, where, temp_dir, extra_args=None):
+    """A member's Ray settings (ray_plan's) -> (the `ray start` arguments after the program,
+    the deployment record's group). Validates what a hand-written `ray` entry could hold."""
+    if not isinstance(ray, dict) or ray.get("role") not in _RAY_ROLES:
+        raise GroupError("%s.ray must be a dictionary with role (%s), address, port, node_address, gpus, "
+                         "world" % (where, " or ".join(_RAY_ROLES)))
+    for key in ("address", "node_address"):
+        if not isinstance(ray.get(key), str) or not _ADDRESS.match(ray[key]):
+            raise GroupError("%s.ray.%s must be a host name or IP, got %r" % (where, key, ray.get(key)))
+    port = _int(ray.get("port"), where + ".ray.port", 1, 65535)
+    gpus = _int(ray.get("gpus"), where + ".ray.gpus", 1, 1024)
+    world = _int(ray.get("world"), where + ".ray.world", gpus)
+    extra = [str(a) for a in (extra_args or [])]
+    argv = ["start", "--block", "--node-ip-address", ray["node_address"], "--num-gpus", str(gpus),
+            "--temp-dir", temp_dir]
+    if ray["role"] == "head":
+        # the dashboard would listen on every interface: off; usage reports: off
+        argv = ["start", "--head", "--block", "--port", str(port), "--node-ip-address", ray["node_address"],
+                "--num-gpus", str(gpus), "--include-dashboard=false", "--disable-usage-stats",
+                "--temp-dir", temp_dir]
+    else:
+        argv += ["--address", "%s:%d" % (ray["address"], port)]
+    record = {"key": "%s:%d" % (ray["address"], port), "role": "worker", "backend": "ray",
+              "size": world, "size_local": gpus}
+    return argv + extra, record

@@ -21,8 +21,10 @@ configuration names (the server role writes it; one model of an instance, no cop
                                                                    (one short completion, JSON)
   kvfleet-vllm stale --unit vllm-main.service --file F ...          (process older than its files?)
   kvfleet-vllm start --spec '[{"unit": U, "files": [F, ...]}, ...]' [--enabled yes|no] [--reload]
-                     [--check]       (the server role's run step: clear a failed unit's start limit,
-                                      enable and start each, and the stale check, in one call; JSON)
+                     [--remove-others CONFIG_DIR] [--check]
+                                     (the server role's run step: remove the units of instances the
+                                      host no longer has, clear a failed unit's start limit, enable
+                                      and start each, and the stale check, in one call; JSON)
   kvfleet-vllm applied --unit vllm-main.service --file F            (its process serves F already: a
                                                                   LoRA adapter loaded at runtime)
 """
@@ -338,16 +340,48 @@ def _show(unit, props="ActiveState,Result,UnitFileState,LoadState"):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-def start_units(spec, enabled=True, reload=False, check=False):
+UNIT_DIR = "/etc/systemd/system"
+
+
+def remove_other_units(keep, config_dir, check=False, unit_dir=UNIT_DIR):
+    """Stop, disable and delete the vllm-*.service units (and their environment and key files)
+    that are not in `keep`: an instance the host no longer has (renamed, removed, or a serving
+    group's Ray head node once the group is not over Ray). The collection owns vllm-*.service
+    (the rollback and the port preflight count on it too). Returns the units removed."""
+    removed = []
+    try:
+        names = sorted(os.listdir(unit_dir))
+    except OSError:
+        return removed
+    for name in names:
+        if not re.match(r"^vllm-[a-z0-9][a-z0-9_-]*\.service$", name) or name in keep:
+            continue
+        removed.append(name)
+        if check:
+            continue
+        subprocess.run(["systemctl", "disable", "--now", name], capture_output=True, text=True, check=False)
+        instance = name[len("vllm-"):-len(".service")]
+        for path in (os.path.join(unit_dir, name), os.path.join(config_dir, instance + ".env"),
+                     os.path.join(config_dir, instance + ".keys.yaml")):
+            if os.path.lexists(path):
+                os.unlink(path)
+    return removed
+
+
+def start_units(spec, enabled=True, reload=False, check=False, config_dir=None, unit_dir=UNIT_DIR):
     """The server role's run step for a host's units, in one call instead of three tasks a unit
     (tasks/service.yml): a unit that gave up after its start limit (failed) has it cleared (a
     deploy is a deliberate start), the unit files are reloaded when asked, each unit is enabled
     (or disabled) and started if it does not run, and a unit that ran already is asked whether
-    its process predates its files (stale()). spec: [{unit, files}]. check: say what would be
-    done, change nothing. Returns {changed, units: [{unit, before, reset, enabled_changed,
+    its process predates its files (stale()). spec: [{unit, files}]. config_dir: remove the
+    vllm-*.service units not in spec first (remove_other_units). check: say what would be done,
+    change nothing. Returns {changed, removed, units: [{unit, before, reset, enabled_changed,
     started, active, stale, why}]}."""
-    out = {"changed": False, "units": []}
-    if reload and not check:
+    out = {"changed": False, "units": [], "removed": []}
+    if config_dir:
+        out["removed"] = remove_other_units(set(e["unit"] for e in spec), config_dir, check, unit_dir)
+        out["changed"] = bool(out["removed"])
+    if (reload or out["removed"]) and not check:
         _systemctl("daemon-reload")
     for entry in spec:
         unit, files = entry["unit"], entry.get("files") or []
@@ -387,7 +421,7 @@ def start_command(args):
         if not isinstance(spec, list) or not all(isinstance(e, dict) and isinstance(e.get("unit"), str)
                                                  for e in spec):
             raise ValueError("--spec must be a JSON list of {unit, files}")
-        result = start_units(spec, args.enabled == "yes", args.reload, args.check)
+        result = start_units(spec, args.enabled == "yes", args.reload, args.check, args.remove_others)
     except (ValueError, RuntimeError) as exc:
         print(scrub(str(exc)), file=sys.stderr)
         return 1
@@ -1105,6 +1139,8 @@ def main(argv=None):
     p.add_argument("--enabled", choices=("yes", "no"), default="yes")
     p.add_argument("--reload", action="store_true", help="systemctl daemon-reload first")
     p.add_argument("--check", action="store_true", help="say what would be done; change nothing")
+    p.add_argument("--remove-others", metavar="CONFIG_DIR",
+                   help="first stop and delete the vllm-*.service units not in --spec (their files in CONFIG_DIR too)")
     p.set_defaults(func=start_command)
     p = sub.add_parser("applied", help="stamp files the running process already serves (a runtime change)")
     p.add_argument("--unit", required=True)

@@ -105,3 +105,29 @@ def test_the_command_prints_json_and_names_a_failing_systemctl(systemd, capsys):
     for bad in ('{"unit": "x"}', '[{"files": []}]', "[1]"):
         assert prog.main(["start", "--spec", bad]) == 1
         assert "--spec must be a JSON list of {unit, files}" in capsys.readouterr().err
+
+
+def test_units_of_instances_the_host_no_longer_has_are_removed_with_their_files(systemd, tmp_path):
+    units, conf = tmp_path / "systemd", tmp_path / "vllm"
+    units.mkdir()
+    conf.mkdir()
+    for name in ("vllm-main.service", "vllm-ray.service", "vllm-old.service", "sshd.service", "vllm-x.service.d"):
+        (units / name).write_text("[Service]\n")
+    for name in ("main.env", "ray.env", "old.env", "old.keys.yaml", "notes.txt"):
+        (conf / name).write_text("x\n")
+    fake = systemd({"vllm-main.service": {"ActiveState": "active", "UnitFileState": "enabled"}})
+    # check mode: named, nothing touched
+    out = prog.start_units(_spec("vllm-main.service"), config_dir=str(conf), unit_dir=str(units), check=True)
+    assert out["removed"] == ["vllm-old.service", "vllm-ray.service"] and out["changed"]
+    assert sorted(p.name for p in units.iterdir()) == ["sshd.service", "vllm-main.service", "vllm-old.service",
+                                                       "vllm-ray.service", "vllm-x.service.d"]
+    assert [c for c in fake.calls if c[0] != "show"] == []
+    out = prog.start_units(_spec("vllm-main.service"), config_dir=str(conf), unit_dir=str(units))
+    assert out["removed"] == ["vllm-old.service", "vllm-ray.service"]
+    assert sorted(p.name for p in units.iterdir()) == ["sshd.service", "vllm-main.service", "vllm-x.service.d"]
+    assert sorted(p.name for p in conf.iterdir()) == ["main.env", "notes.txt"]
+    assert ["disable", "--now", "vllm-ray.service"] in fake.calls and ["daemon-reload"] in fake.calls
+    # nothing else to remove: no change, no reload
+    fake.calls[:] = []
+    out = prog.start_units(_spec("vllm-main.service"), config_dir=str(conf), unit_dir=str(units))
+    assert out["removed"] == [] and not out["changed"] and [c for c in fake.calls if c[0] != "show"] == []

