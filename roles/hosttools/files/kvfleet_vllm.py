@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "li
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
     add_rates, diagnose, memory_growth, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (  # noqa: E402
-    head_links, process_tree)
+    head_links, local_engines, process_tree)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (  # noqa: E402
     window as latency_window)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._nvml import process_memory  # noqa: E402
@@ -170,7 +170,7 @@ def make_fetcher(base_url, timeout, api_key=None, max_body_bytes=MAX_BODY_BYTES,
 def unit_state(unit):
     out = subprocess.run(["systemctl", "show", "-p",
                           "ActiveState,SubState,NRestarts,Result,ActiveEnterTimestampMonotonic,"
-                          "MainPID,ControlGroup", unit],
+                          "MainPID", unit],
                          capture_output=True, text=True, check=False).stdout
     state = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     state["NRestarts"] = int(state.get("NRestarts") or 0)
@@ -694,10 +694,11 @@ def load_instances(cfg):
                 # a serving group's head: its workers on this host restart with it; engines
                 # elsewhere (or sizes it cannot count) mean the group spans hosts
                 mates = [w for w in workers if w["group"].get("key") == group.get("key")]
-                local = [group.get("size_local")] + [w["group"].get("size_local") for w in mates]
+                local = local_engines(record, group)
                 inst["group_workers"] = [w["unit"] for w in mates]
-                inst["group_spans_hosts"] = not (all(isinstance(n, int) for n in local + [group.get("size")])
-                                                 and sum(local) >= group["size"])
+                inst["group_local_engines"] = local
+                inst["group_spans_hosts"] = not (isinstance(local, int) and isinstance(group.get("size"), int)
+                                                 and local >= group["size"])
         out.append(inst)
     if not out:
         raise SystemExit("the deployment record %s lists no instances" % path)
@@ -777,7 +778,8 @@ def restart_one(cfg, inst):
         result = run_gate(inst["url"], cfg.get("gate_samples", 3), cfg.get("gate_interval", 2),
                           inst.get("max_num_seqs"), os.environ.get("VLLM_API_KEY"),
                           limits=inst.get("limits"), tls=inst.get("tls"),
-                          observe=lambda: head_links(unit_state, unit, inst.get("port"), inst.get("group")))
+                          observe=lambda: head_links(unit_state, unit, inst.get("port"), inst.get("group"),
+                                                     inst.get("group_local_engines")))
         found = [c["id"] for c in result["causes"]]
         leaking = monitor_memory_growth(cfg, inst)
         if leaking:
@@ -939,7 +941,8 @@ def _sample_one(cfg, inst, history, window):
                    unit_result=state.get("Result"),
                    unit_memory=unit_memory(state, nvml=load_nvml(inst.get("venv"))))
         # a serving group head: are its remote engines still linked (group_member_lost)?
-        now.update(head_links(lambda unit: state, inst["unit"], inst.get("port"), inst.get("group")))
+        now.update(head_links(lambda unit: state, inst["unit"], inst.get("port"), inst.get("group"),
+                              inst.get("group_local_engines")))
     add_rates(([dict(past[-1])] if past else []) + [now])
     recent = since_last_down([dict(h) for h in past[-(window - 1):]] + [now])
     # restarts count over the whole window, the ones before the last outage too (since_last_down

@@ -264,13 +264,13 @@ def test_when_degraded_reads_a_group_heads_links_and_restarts_the_group_on_the_h
     head = prog.load_instances(_group_record(tmp_path, 1, [1]))[0]
     read = []
 
-    def links(show, unit, port, group):
-        read.append((unit, port, group["role"]))
-        return {"group_links": {"links": 0, "expected": 2, "links_per_engine": 2, "by_address": {}}}
+    def links(show, unit, port, group, local):
+        read.append((unit, port, group["role"], local))
+        return {"group_links": {"links": 0, "remote_engines": 1, "by_address": {}}}
 
     def gate(url, *args, **kwargs):
         snap = kwargs["observe"]()
-        return {"verdict": "unhealthy", "causes": [{"id": "group_member_lost"}] if snap["group_links"]["links"] < 2 else []}
+        return {"verdict": "unhealthy", "causes": [{"id": "group_member_lost"}] if snap["group_links"]["links"] < 4 else []}
 
     monkeypatch.setattr(prog, "head_links", links)
     monkeypatch.setattr(prog, "run_gate", gate)
@@ -281,6 +281,7 @@ def test_when_degraded_reads_a_group_heads_links_and_restarts_the_group_on_the_h
                         prog.subprocess.CompletedProcess(argv, 0, "", ""))
     cfg = {"mode": "when_degraded", "causes": ["group_member_lost"], "monitor_config": str(tmp_path / "absent.json")}
     assert prog.restart_one(cfg, head) == "restarted"
-    assert read == [("vllm-g0.service", None, "head")]
+    # the head's engine and its worker's on this host are the group's local ones
+    assert read == [("vllm-g0.service", None, "head", 2)]
     assert done[0] == ["systemctl", "stop", "vllm-g0.service"] and done[-1] == ["systemctl", "start", "vllm-g0.service"]
     assert "restarting: group_member_lost found" in capsys.readouterr().out

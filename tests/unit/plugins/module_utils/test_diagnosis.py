@@ -491,44 +491,48 @@ def test_memory_growth_of_gpu_memory_when_resident_memory_is_flat():
     assert memory_growth(leak)["evidence"]["memory"] == "resident"
 
 
-def _links(found, expected=2, by_address=None):
-    return {"group_links": {"links": found, "expected": expected, "links_per_engine": 2,
-                            "by_address": {"10.88.0.63": found} if by_address is None and found else by_address or {},
-                            "rpc_listening": False}}
+def _links(found, remote=1, by_address=None, version="0.32.0"):
+    return {"version": version, "group_links": {
+        "links": found, "remote_engines": remote, "rpc_listening": False,
+        "by_address": {"10.88.0.63": found} if by_address is None and found else by_address or {}}}
 
 
 def test_a_serving_group_head_with_all_its_engines_linked_is_healthy():
-    r = diagnose(window(_links(2), _links(2), _links(2)))
+    r = diagnose(window(_links(4), _links(4), _links(4)))
     assert r["verdict"] == "healthy" and ids(r) == []
+    # vLLM 0.9.0 has no coordinator: two links an engine are all there is
+    assert ids(diagnose(window(_links(2, version="0.9.0"), _links(2, version="0.9.0")))) == []
 
 
 def test_a_lost_member_is_critical_once_two_samples_lack_its_links():
     # measured on vLLM CPU 0.32.0: /health stays 200 and /metrics keeps the engine's series,
     # only the links tell (docs/serving-groups.md)
-    r = diagnose(window(_links(2), _links(0), _links(0)))
+    r = diagnose(window(_links(4), _links(0), _links(0)))
     assert r["verdict"] == "unhealthy" and ids(r) == ["group_member_lost"]
     cause = r["causes"][0]
     assert cause["severity"] == "critical"
     ev = cause["evidence"]
-    assert (ev["links"], ev["expected_links"], ev["engines_lost"], ev["remote_engines"]) == (0, 2, 1, 1)
+    assert (ev["links"], ev["expected_links"], ev["engines_lost"], ev["remote_engines"], ev["links_per_engine"]) \
+        == (0, 4, 1, 1, 4)
     assert ev["samples_with_loss"] == 2 and ev["samples"] == 3
-    assert "kvfleet.vllm.rolling_restart" in cause["advice"] and "0 of 2 links" in cause["advice"]
+    assert "kvfleet.vllm.rolling_restart" in cause["advice"] and "0 of 4 links" in cause["advice"]
 
 
 def test_a_loss_seen_in_the_last_sample_only_is_a_warning():
-    r = diagnose(window(_links(2), _links(2), _links(0)))
+    r = diagnose(window(_links(4), _links(4), _links(0)))
     assert ids(r) == ["group_member_lost"] and r["causes"][0]["severity"] == "warning"
-    # one engine of two on a worker host gone: 2 of 4, attributed by address
-    two = _links(2, expected=4, by_address={"10.88.0.63": 2})
+    # one engine of two on a worker host gone: 4 of 8, attributed by address
+    two = _links(4, remote=2, by_address={"10.88.0.63": 4})
     r = diagnose(window(two, two))
     ev = r["causes"][0]["evidence"]
-    assert (ev["engines_lost"], ev["remote_engines"], ev["links_by_address"]) == (1, 2, {"10.88.0.63": 2})
+    assert (ev["engines_lost"], ev["remote_engines"], ev["links_by_address"]) == (1, 2, {"10.88.0.63": 4})
 
 
 def test_no_links_read_or_garbage_is_no_finding():
     assert ids(diagnose(window({}, {}, {}))) == []
-    for bad in ({"group_links": None}, {"group_links": {"links": "2", "expected": 2}},
-                {"group_links": {"links": True, "expected": 2}}, {"group_links": {"links": 1}}):
+    for bad in ({"group_links": None}, {"group_links": {"links": "4", "remote_engines": 1}},
+                {"group_links": {"links": True, "remote_engines": 1}}, {"group_links": {"links": 1}},
+                {"group_links": {"links": 0, "remote_engines": None}}):
         assert ids(diagnose(window(bad, bad))) == [], bad
     # a head that is down is engine_down; its links are not read as a lost member
     down = dict(DOWN, **_links(0))
