@@ -10,7 +10,9 @@ Prints one JSON object: `state` (see venv_state), `why`, `installing` (the marke
 under way is there), and under `disk` one entry per PATH
 ({path, at, dev, free}): `at` is PATH or, when PATH does not exist yet (a fresh host), its
 nearest existing parent, whose filesystem PATH will be created on; `free` is the bytes an
-unprivileged writer may use there (df's "Available"). Changes nothing; standard library only.
+unprivileged writer may use there (df's "Available"); and `units`, the collection's vLLM units
+on the host (vllm-*.service in /etc/systemd/system), which the plan (tasks/plan.yml) compares with
+the instances the host should have. Changes nothing; standard library only.
 
 A venv is complete when its stamp (STAMP, written by the role after pip, the removal of the
 packages that break it and the version check all succeeded) names VERSION. A venv without the
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -31,6 +34,16 @@ STAMP = ".kvfleet-complete"
 # what an interrupted or failed install left, whatever its package version says.
 INSTALLING = ".installing"
 _READ_VERSION = "from importlib.metadata import version; import sys; print(version(sys.argv[1]))"
+UNIT_DIR = "/etc/systemd/system"
+_UNIT = re.compile(r"^vllm-[a-z0-9][a-z0-9_-]*[.]service$")
+
+
+def units(unit_dir=UNIT_DIR):
+    """The collection's vLLM unit files (the instances' and serving groups' nodes)."""
+    try:
+        return sorted(n for n in os.listdir(unit_dir) if _UNIT.match(n))
+    except OSError:
+        return []
 
 
 def venv_state(exists, stamp, installing, version, pinned):
@@ -93,7 +106,7 @@ def probe(venv, package, pinned, paths):
     version = _read_version(venv, package) if exists and stamp is None and not installing else None
     state, why = venv_state(exists, stamp, installing, version, pinned)
     return {"state": state, "why": why, "venv": venv, "installing": installing,
-            "disk": [disk(p) for p in paths]}
+            "disk": [disk(p) for p in paths], "units": units()}
 
 
 def main(argv):

@@ -104,3 +104,15 @@ def test_the_script_prints_one_json_object_and_changes_nothing(tmp_path):
 
 def test_the_script_needs_its_arguments():
     assert subprocess.run([sys.executable, SCRIPT, "/x"], stderr=subprocess.PIPE, check=False).returncode == 2
+
+
+def test_the_collections_vllm_units_are_listed_for_the_plan(tmp_path):
+    """The plan compares them with the instances the host should have: a unit left from an
+    instance the host no longer has (a serving group's Ray head node) makes it not converged."""
+    units = tmp_path / "systemd"
+    units.mkdir()
+    for name in ("vllm-main.service", "vllm-ray.service", "sshd.service", "vllm-x.service.d", "vllm-.service",
+                 "vllm-Main.service"):
+        (units / name).mkdir() if name.endswith(".d") else (units / name).write_text("")
+    assert vp.units(str(units)) == ["vllm-main.service", "vllm-ray.service"]
+    assert vp.units(str(tmp_path / "none")) == []
