@@ -19,8 +19,8 @@ description:
     are read from the inventory (host or group variables); the head's
     C(vllm_server_serving_group_rpc_port) is the group's.
   - With O(backend=ray), the head's instance gets the Ray cluster's settings (C(ray)) and every
-    member a Ray node (C(ray_node): C(ray start --head) on the head beside its instance, C(ray
-    start --address) on the others in place of theirs).
+    member a Ray node (C(ray_node)), which runs C(ray start --head) on the head beside its
+    instance and C(ray start --address) on the others in place of theirs.
   - Fails, naming the variable, when the group is unknown or has one host, the host is not in it,
     the host has more than one instance, the head's address is loopback, the members name
     different backends, or a value is not valid.

@@ -329,8 +329,8 @@ def stale(unit, files, now=None, now_mono=None, applied=None):
 def _systemctl(*argv):
     proc = subprocess.run(["systemctl"] + list(argv), capture_output=True, text=True, check=False)
     if proc.returncode:
-        raise RuntimeError("systemctl %s failed (exit %d): %s" % (" ".join(argv), proc.returncode,
-                                                                   scrub(proc.stderr.strip() or proc.stdout.strip(), 500)))
+        why = scrub(proc.stderr.strip() or proc.stdout.strip(), 500)
+        raise RuntimeError("systemctl %s failed (exit %d): %s" % (" ".join(argv), proc.returncode, why))
     return proc.stdout
 
 

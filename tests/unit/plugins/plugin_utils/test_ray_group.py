@@ -5,9 +5,6 @@ pin what the role renders for GPU hosts, and the fleet scenario runs the Ray nod
 
 from __future__ import annotations
 
-import os
-import re
-
 import pytest
 
 from ansible.errors import AnsibleFilterError
@@ -30,10 +27,11 @@ GROUPS = {"g": ["n1", "n2"]}
 
 
 def _ray_settings(**over):
+    opts = dict({"tensor_parallel_size": 4, "pipeline_parallel_size": 2}, **over.pop("options", {}))
     base = dict(version="0.32.0", device="cuda", ray_temp_dir="/var/lib/vllm/ray", ray_version="2.60.0",
-                ray_start_args=[], options={"tensor_parallel_size": 4, "pipeline_parallel_size": 2})
-    opts = dict(base.pop("options"), **over.pop("options", {}))
-    return settings(options=opts, **dict(base, **over))
+                ray_start_args=[], options=opts)
+    base.update(over)
+    return settings(**base)
 
 
 def test_the_plan_makes_the_first_host_the_head_and_counts_every_gpu():
