@@ -287,6 +287,7 @@ def bench_restart(reps, smoke):
 # --baseline REV: the rollout's deploys also run with the collection as it was at REV, in the
 # same run on the same fleet, so that a change's effect is a ratio rather than two dates
 ROLLOUT_BASELINE = None
+FLEETCHECK_SIZES = [100, 1000]
 
 
 def collection_at(rev):
@@ -643,25 +644,6 @@ def markdown(res):
                                  r["hosts"], now["mode"], now["wall_s"], r["wall_s"], r["mode"].split(", collection ")[1],
                                  now["wall_s"] / r["wall_s"], now["cpu_s"], r["cpu_s"], now["cpu_s"] / r["cpu_s"]))
         lines.append("")
-    if "fleetcheck" in res:
-        f = res["fleetcheck"]
-        lines += ["## 8. A check-mode deploy of a big converged fleet" + ran("fleetcheck"), "",
-                  "`ansible-playbook kvfleet.vllm.deploy --check` over generated inventories whose hosts are "
-                  "aliases of the %d converged demo hosts (each alias has its host's variables and reaches it over "
-                  "the same SSH connection with pipelining): every host is read, checked (settings, disk, ports, "
-                  "the model) and planned, and found converged. The hosts' side runs in the containers on this same "
-                  "2-core machine, so the wall time is an upper bound; CPU is the playbook's process tree on the "
-                  "controller only (user + system)." % f["nodes"], "",
-                  "| hosts | forks | collection | wall | wall per host | controller CPU | CPU per host | outcomes | ratio (wall, CPU) vs baseline |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in f["rows"]:
-            ref = next((b for b in f["rows"] if b["hosts"] == r["hosts"] and b["forks"] == r["forks"]
-                        and b["collection"] != "now"), None) if r["collection"] == "now" else None
-            lines.append("| %d | %d | %s | %.1f s | %.0f ms | %.1f s | %.0f ms | %s | %s |" % (
-                r["hosts"], r["forks"], r["collection"], r["wall_s"], r["wall_ms_per_host"], r["cpu_s"],
-                r["cpu_ms_per_host"], ", ".join("%s" % o for o in r["outcomes"]),
-                ("%.2f, %.2f" % (r["wall_s"] / ref["wall_s"], r["cpu_s"] / ref["cpu_s"])) if ref else "-"))
-        lines.append("")
     if "router" in res:
         r = res["router"]
         lat = r["latency"]
@@ -692,6 +674,25 @@ def markdown(res):
                       "%.3f s through the router, %.3f s direct to one host (ratio %.2f)." % (
                           lat["router"]["median_seconds"], lat["direct"]["median_seconds"],
                           lat["router"]["median_seconds"] / lat["direct"]["median_seconds"])]
+        lines.append("")
+    if "fleetcheck" in res:
+        f = res["fleetcheck"]
+        lines += ["## 8. A check-mode deploy of a big converged fleet" + ran("fleetcheck"), "",
+                  "`ansible-playbook kvfleet.vllm.deploy --check` over generated inventories whose hosts are "
+                  "aliases of the %d converged demo hosts (each alias has its host's variables and reaches it over "
+                  "the same SSH connection with pipelining): every host is read, checked (settings, disk, ports, "
+                  "the model) and planned, and found converged. The hosts' side runs in the containers on this same "
+                  "2-core machine, so the wall time is an upper bound; CPU is the playbook's process tree on the "
+                  "controller only (user + system)." % f["nodes"], "",
+                  "| hosts | forks | collection | wall | wall per host | controller CPU | CPU per host | outcomes | ratio (wall, CPU) vs baseline |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in f["rows"]:
+            ref = next((b for b in f["rows"] if b["hosts"] == r["hosts"] and b["forks"] == r["forks"]
+                        and b["collection"] != "now"), None) if r["collection"] == "now" else None
+            lines.append("| %d | %d | %s | %.1f s | %.0f ms | %.1f s | %.0f ms | %s | %s |" % (
+                r["hosts"], r["forks"], r["collection"], r["wall_s"], r["wall_ms_per_host"], r["cpu_s"],
+                r["cpu_ms_per_host"], ", ".join("%s" % o for o in r["outcomes"]),
+                ("%.2f, %.2f" % (r["wall_s"] / ref["wall_s"], r["cpu_s"] / ref["cpu_s"])) if ref else "-"))
         lines.append("")
     lines += ["## How to read this", "",
               "- Ratios compare two things measured in the same run on the same machine; absolute "
@@ -756,7 +757,7 @@ def bench_fleetcheck(reps, smoke):
     try:
         # what the demo hosts run now (the rollout benchmark changes it): every alias converged
         extra = ["-e", "vllm_server_max_num_seqs=%d" % deployed_max_num_seqs()]
-        return fleetcheck.bench([10] if smoke else [100, 1000], os.path.join(eph, "inventory"), env,
+        return fleetcheck.bench([10] if smoke else FLEETCHECK_SIZES, os.path.join(eph, "inventory"), env,
                                 baselines=baselines, extra=extra)
     finally:
         for folder in cleanup:
@@ -776,12 +777,15 @@ def main():
     ap.add_argument("--baseline", metavar="REV",
                     help="rollout, fleetcheck and fleetdiag: also run with the collection as it was at "
                          "git REV, in the same run")
+    ap.add_argument("--fleetcheck-sizes", default="100,1000",
+                    help="fleetcheck: the generated fleets' sizes (the baseline runs at the smallest)")
     ap.add_argument("--only", help="comma-separated: " + ",".join(BENCHES))
     ap.add_argument("--out", default=HERE, help="where results.json and RESULTS.md go")
     ap.add_argument("--render", action="store_true", help="only rewrite RESULTS.md from results.json")
     args = ap.parse_args()
-    global ROLLOUT_BASELINE  # pylint: disable=global-statement
+    global ROLLOUT_BASELINE, FLEETCHECK_SIZES  # pylint: disable=global-statement
     ROLLOUT_BASELINE = args.baseline
+    FLEETCHECK_SIZES = [int(n) for n in args.fleetcheck_sizes.split(",")]
     if args.render:
         with open(os.path.join(args.out, "results.json")) as f:
             text = markdown(json.load(f))

@@ -5,6 +5,8 @@
 #   bash benchmarks/run.sh --smoke --out DIR   one repetition, smallest sizes (what CI runs)
 #   bash benchmarks/run.sh --only scrape,capacity
 #   bash benchmarks/run.sh --only fleetdiag  diagnose per host vs from the controller, 100 and 1000 hosts (~10 min)
+#   bash benchmarks/run.sh --only fleetcheck --fleetcheck-sizes 100   deploy --check over aliases of the demo fleet
+#   ... --baseline REV   rollout, fleetcheck and fleetdiag also with the collection as it was at REV
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/../tests/env.sh"
