@@ -128,12 +128,9 @@ def _loopback(address):
     return address in ("localhost", "::1") or address.startswith("127.")
 
 
-def plan(group, members, me, prefix="vllm_server_"):
-    """An inventory group -> this member's `data_parallel` settings.
-
-    members: the group's hosts in inventory order, each {host, engines, address, rpc_port};
-    the first is the head. Ranks follow that order: a host's start rank is the engines of the
-    hosts before it. The head's address and rpc_port are the group's."""
+def _check_members(group, members, me, prefix, one_host):
+    """The group's hosts, after the checks every backend makes (one_host: what to do instead of
+    a one-host group)."""
     if not members:
         raise GroupError("%sserving_group %r is not an inventory group with hosts" % (prefix, group))
     hosts = [m["host"] for m in members]
@@ -142,11 +139,20 @@ def plan(group, members, me, prefix="vllm_server_"):
                          % (prefix, group, me))
     if len(set(hosts)) != len(hosts):
         raise GroupError("%sserving_group %r lists a host twice" % (prefix, group))
-    head = members[0]
     if len(members) == 1:
-        raise GroupError("%sserving_group %r has one host (%s): a group spans hosts; for data "
-                         "parallel on one host set data_parallel on the instance"
-                         % (prefix, group, head["host"]))
+        raise GroupError("%sserving_group %r has one host (%s): a group spans hosts; %s"
+                         % (prefix, group, hosts[0], one_host))
+    return hosts
+
+
+def plan(group, members, me, prefix="vllm_server_"):
+    """An inventory group -> this member's `data_parallel` settings.
+
+    members: the group's hosts in inventory order, each {host, engines, address, rpc_port};
+    the first is the head. Ranks follow that order: a host's start rank is the engines of the
+    hosts before it. The head's address and rpc_port are the group's."""
+    _check_members(group, members, me, prefix, "for data parallel on one host set data_parallel on the instance")
+    head = members[0]
     address = head.get("address")
     if not isinstance(address, str) or not _ADDRESS.match(address):
         raise GroupError("%sserving_group_address of the head %s must be a host name or IP that "
@@ -181,17 +187,8 @@ def ray_plan(group, members, me, port, prefix="vllm_server_"):
     with the Ray executor, whose tensor and pipeline parallel workers Ray places on every node's
     GPUs. Returns {role, address (the head's), port, node_address (this host's), gpus (this
     host's), world (all members' GPUs)}."""
-    if not members:
-        raise GroupError("%sserving_group %r is not an inventory group with hosts" % (prefix, group))
-    hosts = [m["host"] for m in members]
-    if me not in hosts:
-        raise GroupError("%sserving_group %r: this host (%s) is not in that inventory group"
-                         % (prefix, group, me))
-    if len(set(hosts)) != len(hosts):
-        raise GroupError("%sserving_group %r lists a host twice" % (prefix, group))
-    if len(members) == 1:
-        raise GroupError("%sserving_group %r has one host (%s): a group spans hosts; for tensor or "
-                         "pipeline parallel on one host set the sizes alone" % (prefix, group, hosts[0]))
+    hosts = _check_members(group, members, me, prefix,
+                           "for tensor or pipeline parallel on one host set the sizes alone")
     for member in members:
         address = member.get("address")
         if not isinstance(address, str) or not _ADDRESS.match(address):
