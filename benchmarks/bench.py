@@ -326,6 +326,13 @@ def bench_rollout(reps, smoke):
     try:
         for rep in range(reps):
             for connection, code, inventory, run_env in variants:
+                # untimed: the host tools of this collection on every host (a converged host gets
+                # them too), as they are on a fleet deployed with one collection; the two
+                # collections take turns, and the first deploy after a turn would copy them
+                subprocess.run(["ansible-playbook", "-i", inventory, "kvfleet.vllm.deploy", "-e",
+                                "vllm_deploy_report_dir=" + os.path.join(eph, "bench-settle"), "-e",
+                                "vllm_server_max_num_seqs=%d" % seqs], env=run_env, check=True,
+                               stdout=subprocess.DEVNULL)
                 # a real flag change every time: the other value than what runs now
                 seqs = 5 if seqs == 3 else 3
                 for key in ("deploys", "no_change"):

@@ -141,7 +141,7 @@ def test_the_command_prints_names_never_contents(tmp_path):
 
 
 def _run_stdin(args):
-    """As tasks/backup.yml runs it: the script on python3's stdin (one pipelined round trip)."""
+    """The script run by python3 from its stdin (as it runs from a file: tasks/backup.yml)."""
     with open(SCRIPT, encoding="utf-8") as f:
         source = f.read()
     return subprocess.run([sys.executable, "-"] + args, input=source, capture_output=True, text=True, check=False)
