@@ -643,6 +643,8 @@ def markdown(res):
                 ("%.3f" % (r["cpu_s"] / ref["cpu_s"])) if ref else "-",
                 {True: "yes", False: "NO", None: "-"}[r.get("same_rows_as_per_host")]))
         base_rows = [r for r in f["rows"] if ", collection " in r["mode"]]
+        if base_rows:
+            lines.append("")
         for r in base_rows:
             now = next((x for x in f["rows"] if x["hosts"] == r["hosts"] and x["mode"] == r["mode"].split(", collection ")[0]), None)
             if now:
@@ -701,6 +703,8 @@ def markdown(res):
                 r["cpu_ms_per_host"], ", ".join("%s" % o for o in r["outcomes"]),
                 ("%.2f, %.2f" % (r["wall_s"] / ref["wall_s"], r["cpu_s"] / ref["cpu_s"])) if ref else "-"))
         lines.append("")
+        for note in res.get("notes", {}).get("fleetcheck", []):
+            lines += [note, ""]
     lines += ["## How to read this", "",
               "- Ratios compare two things measured in the same run on the same machine; absolute "
               "times drift on a shared 2-core machine.",
