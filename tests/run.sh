@@ -14,29 +14,48 @@
 #   molecule  roles and fleet playbooks on Podman systemd hosts with real vLLM CPU servers
 #   fresh   units and build again inside a pristine Debian 12 container with an empty
 #           cache (tests/fresh.sh): nothing may depend on what this machine already has
-# Two lanes after setup, side by side, each stopping at its first failing stage:
-#   static: lint sanity units latest build fresh at nice 19, then Molecule's server scenario at
-#           nice 0 (its vLLMs pinned to core 0), in a collection copy of its own;
-#   vLLM:   bench live, then Molecule's fleet scenario (its vLLMs pinned to core 1).
-# The vLLM lane waits on vLLM most of the time (one core of two busy, measured); the static
-# stages only take what it leaves. The static lane's log is printed when both have finished.
-# bash tests/run.sh                 all stages
+# Two lanes after setup, side by side, each stopping at its first failing stage
+# (docs/testing.md):
+#   fleet:  Molecule's fleet scenario, its vLLMs pinned to core 1;
+#   other:  lint sanity units latest build fresh at nice 19, then bench live (their vLLMs pinned
+#           to core 0) and Molecule's server scenario (core 0) at nice 0, in a collection copy of
+#           its own.
+# The fleet lane waits on vLLM most of the time; the static stages take what it leaves while its
+# hosts install. Each stage's time is printed against its budget (tests/budget.tsv): one over
+# it by more than half gets a loud warning (not a failure: the machine is shared).
+# bash tests/run.sh                      all stages
+# bash tests/run.sh units live           some stages
+# bash tests/run.sh section fleet router one verify section (or several: router,faults) on a
+#                                        converged fleet (molecule converge first; the hosts stay)
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/env.sh"
+if [ "${1:-}" = section ]; then
+  [ $# -eq 3 ] || { echo "usage: bash tests/run.sh section fleet|server NAME[,NAME...]" >&2; exit 2; }
+  bash "$HERE/setup.sh" tools vllm model wheelhouse copy
+  exec bash "$HERE/molecule.sh" --section "$2" "$3"
+fi
 STAGES="${*:-lint sanity units latest build bench live molecule fresh}"
 declare -a TIMES=()
 # any_of STAGE ...: is one of them chosen
 any_of() { local x; for x in "$@"; do [[ " $STAGES " == *" $x "* ]] && return 0; done; return 1; }
+# budget KEY: the stage's budget in seconds (tests/budget.tsv), empty when it has none
+budget() { awk -F'\t' -v k="$1" '$1 == k { print $2 }' "$HERE/budget.tsv"; }
 # stage NAME FUNCTION [ARG ...]: runs when NAME is chosen; timed as NAME, or NAME-ARG (molecule-fleet)
 stage() {
   local name=$1; shift
   [[ " $STAGES " == *" $name "* ]] || return 0
   local key=$name; [ $# -lt 2 ] || key+="-${*:2}"
   printf '\n===== %s (%s) =====\n' "$key" "$(date +%T)"
-  local t0; t0=$(date +%s)
+  local t0 b s; t0=$(date +%s)
   "$@"
-  TIMES+=("$key=$(( $(date +%s) - t0 ))s")
+  s=$(( $(date +%s) - t0 )); b=$(budget "$key")
+  TIMES+=("$key=${s}s")
+  if [ -n "$b" ] && [ "$s" -gt $(( b * 3 / 2 )) ]; then
+    printf '\n%s\n!!! BUDGET: %s took %s s, over 1.5 x its budget of %s s (tests/budget.tsv) !!!\n%s\n' \
+      '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!' "$key" "$s" "$b" \
+      '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!'
+  fi
 }
 
 t_all=$(date +%s)
@@ -82,19 +101,20 @@ stage_fresh() { bash "$HERE/fresh.sh" units build; }
 STAGES="setup $STAGES"
 stage setup stage_setup
 
-lane_log=$(mktemp); times_static=$(mktemp); times_vllm=$(mktemp); static_pid=; vllm_pid=
+lane_log=$(mktemp); times_other=$(mktemp); times_fleet=$(mktemp); other_end=$(mktemp); other_pid=; fleet_pid=
 # on any exit: end a lane still running (an interrupted or failed run). A lane that already
 # ended has no process left to signal, which is not an error: the lanes' own exit codes are
 # what decides the run (checked below), not this cleanup.
 finish() {
-  [ -z "$static_pid" ] || kill -- "-$static_pid" 2>/dev/null || true
-  [ -z "$vllm_pid" ] || kill "$vllm_pid" 2>/dev/null || true
-  rm -f "$lane_log" "$times_static" "$times_vllm"
+  [ -z "$other_pid" ] || kill -- "-$other_pid" 2>/dev/null || true
+  [ -z "$fleet_pid" ] || kill "$fleet_pid" 2>/dev/null || true
+  rm -f "$lane_log" "$times_other" "$times_fleet" "$other_end"
 }
 trap finish EXIT
-if any_of lint sanity units latest build fresh molecule; then
-  # its own copy: the vLLM lane's benchmarks re-copy the default one, and sanity must read a
-  # tree that nothing else writes into
+t_lanes=$(date +%s)
+if any_of lint sanity units latest build fresh bench live molecule; then
+  # its own copy: sanity must read a tree that nothing else writes into (the fleet lane's
+  # Molecule reads the default one)
   set -m   # a process group of its own, so that `kill -- -PID` ends all of the lane
   (
     renice -n 19 -p "$BASHPID" >/dev/null
@@ -109,40 +129,48 @@ if any_of lint sanity units latest build fresh molecule; then
     stage latest stage_latest
     stage build stage_build
     stage fresh stage_fresh
-    # as the fleet scenario (each has a core for its vLLMs); only then: lowering a nice value
-    # needs privileges that the fresh stage's container (which runs this script) does not have
-    if any_of molecule; then renice -n 0 -p "$BASHPID" >/dev/null; fi
+    # vLLM's stages at nice 0, their servers on core 0 (the fleet's are on core 1); only then:
+    # lowering a nice value needs privileges that the fresh stage's container (which runs this
+    # script with units and build) does not have
+    if any_of bench live molecule; then renice -n 0 -p "$BASHPID" >/dev/null; fi
+    export KVFLEET_VLLM_CPUS=0
+    stage bench stage_bench
+    stage live stage_live
     stage molecule stage_molecule server
-    [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_static"
+    [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_other"
+    date +%s > "$other_end"
   ) > "$lane_log" 2>&1 < /dev/null &
-  static_pid=$!
+  other_pid=$!
   set +m
 fi
 # a background job, not `( ... ) || rc=$?`: errexit is off inside a subshell that `||` tests
-t_vllm=$(date +%s)
 (
   TIMES=()
-  stage bench stage_bench
-  stage live stage_live
   stage molecule stage_molecule fleet
-  [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_vllm"
+  [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_fleet"
 ) &
-vllm_pid=$!
-vllm_rc=0; wait "$vllm_pid" || vllm_rc=$?
-vllm_pid=; t_vllm=$(( $(date +%s) - t_vllm ))
-static_rc=0
-if [ -n "$static_pid" ]; then
-  wait "$static_pid" || static_rc=$?
-  static_pid=
-  printf '\n===== the static lane (lint sanity units latest build fresh, molecule server; ran beside the vLLM lane) =====\n'
+fleet_pid=$!
+fleet_rc=0; wait "$fleet_pid" || fleet_rc=$?
+fleet_pid=; t_fleet=$(( $(date +%s) - t_lanes ))
+other_rc=0
+if [ -n "$other_pid" ]; then
+  wait "$other_pid" || other_rc=$?
+  other_pid=
+  printf '\n===== the other lane (lint sanity units latest build fresh, bench live, molecule server; ran beside the fleet lane) =====\n'
   cat "$lane_log"
 fi
-mapfile -t -O "${#TIMES[@]}" TIMES < "$times_vllm"
-mapfile -t -O "${#TIMES[@]}" TIMES < "$times_static"
+e=$(cat "$other_end"); t_other=$(( ${e:-$(date +%s)} - t_lanes ))
+mapfile -t -O "${#TIMES[@]}" TIMES < "$times_fleet"
+mapfile -t -O "${#TIMES[@]}" TIMES < "$times_other"
 echo
-echo "TIMING ${TIMES[*]} vllm_lane=${t_vllm}s total=$(( $(date +%s) - t_all ))s"
-if [ "$vllm_rc" -ne 0 ] || [ "$static_rc" -ne 0 ]; then
-  echo "FAILED: the vLLM lane (bench live, molecule fleet) rc=$vllm_rc, the static lane rc=$static_rc;" \
+echo "TIMING ${TIMES[*]} fleet_lane=${t_fleet}s other_lane=${t_other}s total=$(( $(date +%s) - t_all ))s"
+# every stage against its budget, in one table (the loud warnings above are in each lane's log)
+for t in "${TIMES[@]}"; do
+  k=${t%%=*}; v=${t#*=}; v=${v%s}; b=$(budget "$k")
+  printf 'BUDGET %-16s %6s s of %6s s%s\n' "$k" "$v" "${b:-?}" "$( [ -n "$b" ] && [ "$v" -gt $(( b * 3 / 2 )) ] && echo '   <-- OVER 1.5 x BUDGET' )"
+done
+if [ "$fleet_rc" -ne 0 ] || [ "$other_rc" -ne 0 ]; then
+  echo "FAILED: the fleet lane (molecule fleet) rc=$fleet_rc, the other lane rc=$other_rc;" \
        "each lane stops at its first failing stage" >&2
   exit 1
 fi
