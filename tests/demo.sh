@@ -3,6 +3,10 @@
 # kvfleet.vllm.deploy and diagnosed by kvfleet.vllm.diagnose.
 #   bash tests/demo.sh up      (first run on a fresh machine: ~15 min, mostly downloads)
 #   bash tests/demo.sh down    (removes the three hosts)
+#   bash tests/demo.sh env     (the demo fleet's inventory and the exports that reach it)
+#   bash tests/demo.sh play PLAYBOOK [ansible-playbook args]
+#                              (any of the collection's playbooks against the demo fleet, e.g.
+#                               play diagnose -e vllm_diagnose_report_dir=./report)
 # The report lands in $KVFLEET_DEMO_REPORT (default ./kvfleet-report).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -19,6 +23,31 @@ molecule_fleet() {
   (export HOME="$HOSTS_STATE/home"; mkdir -p "$HOME"; cd "$KVFLEET_COLLECTION_COPY" &&
    molecule "$1" -s fleet "${@:2}" 2>&1 |
      { grep --line-buffered -v "^CRITICAL 'molecule/default/molecule.yml' glob failed" || [ $? -eq 1 ]; })
+}
+
+# The fleet scenario's Molecule state: Molecule 26 keeps it in $ANSIBLE_HOME (default
+# $HOME/.ansible)/tmp/molecule.<checksum of the project folder's name>.<scenario>
+# (molecule/scenario.py, ephemeral_directory), older Molecule in
+# $HOME/.cache/molecule/<project>/<scenario>; HOME is the one molecule_fleet gives it. Its
+# inventory/ folder is what Molecule passes to ansible-playbook, its ansible.cfg the settings.
+demo_state() {
+  local home="$HOSTS_STATE/home" found
+  found=$(ls -1dt "${ANSIBLE_HOME:-$home/.ansible}"/tmp/molecule.*.fleet \
+             "$home/.cache/molecule/$(basename "$KVFLEET_COLLECTION_COPY")/fleet" 2>/dev/null | head -n 1)
+  if [ -z "$found" ] || [ ! -f "$found/inventory/ansible_inventory.yml" ]; then
+    echo "no demo fleet: bring it up first with bash tests/demo.sh up" >&2; return 1
+  fi
+  printf '%s\n' "$found"
+}
+# The exports ansible-playbook needs to reach the demo hosts as Molecule does: its config, this
+# collection's copy, podman's configuration (the SSH ProxyCommand runs podman exec) and the tools.
+demo_env() {
+  local state
+  state=$(demo_state) || return 1
+  printf 'export %s=%q\n' HOME "$HOSTS_STATE/home" ANSIBLE_CONFIG "$state/ansible.cfg" \
+    ANSIBLE_COLLECTIONS_PATH "$KVFLEET_COLLECTIONS" MOLECULE_EPHEMERAL_DIRECTORY "$state" \
+    CONTAINERS_CONF "$CONTAINERS_CONF" CONTAINERS_STORAGE_CONF "$CONTAINERS_STORAGE_CONF" \
+    PATH "$PATH" KVFLEET_DEMO_INVENTORY "$state/inventory"
 }
 
 case "${1:-up}" in
@@ -38,12 +67,27 @@ case "${1:-up}" in
     molecule_fleet side-effect
     say "report: $KVFLEET_DEMO_REPORT/kvfleet-vllm-diagnosis.html (and .json)"
     say "try: . tests/hosts/env.sh && podman exec kvfleet-node1 kvfleet-vllm gate --url http://10.88.0.61:8000"
+    say "or:  bash tests/demo.sh play kvfleet.vllm.rolling_restart   (any playbook; bash tests/demo.sh env for the inventory)"
     say "stop it with: bash tests/demo.sh down"
     ;;
   down)
     say "removing the demo hosts"
     molecule_fleet destroy
     ;;
+  env)
+    # eval "$(bash tests/demo.sh env)", then ansible-playbook -i "$KVFLEET_DEMO_INVENTORY" ...
+    demo_env
+    ;;
+  play)
+    [ $# -ge 2 ] || { echo "usage: bash tests/demo.sh play PLAYBOOK [ansible-playbook args]" >&2; exit 2; }
+    playbook=$2
+    # a playbook of the collection by its short name (diagnose) or full name; a file as it is
+    [ -f "$playbook" ] || [[ $playbook == *.* ]] || playbook="kvfleet.vllm.$playbook"
+    exports=$(demo_env) || exit 1
+    eval "$exports"
+    say "ansible-playbook -i $KVFLEET_DEMO_INVENTORY $playbook ${*:3}"
+    exec ansible-playbook -i "$KVFLEET_DEMO_INVENTORY" "$playbook" "${@:3}"
+    ;;
   *)
-    echo "usage: bash tests/demo.sh up|down" >&2; exit 2 ;;
+    echo "usage: bash tests/demo.sh up|down|env|play PLAYBOOK [args]" >&2; exit 2 ;;
 esac

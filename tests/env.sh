@@ -15,6 +15,10 @@ export KVFLEET_ROUTER_VERSION="${KVFLEET_ROUTER_VERSION:-0.1.17}"   # vllm-route
 export KVFLEET_RAY_VERSION="${KVFLEET_RAY_VERSION:-2.60.0}"   # Ray on the fleet's serving group over Ray
 export PATH="$KVFLEET_TOOLS/bin:$PATH"
 export ANSIBLE_COLLECTIONS_PATH="$KVFLEET_COLLECTIONS"
+# The scenarios live in molecule/ at the collection root. Molecule 26 warns that a collection's
+# scenarios "should migrate to 'extensions/molecule'" unless the glob is given
+# (molecule/util.py, get_effective_molecule_glob): this is its own default for molecule/.
+export MOLECULE_GLOB="molecule/*/molecule.yml"
 export ANSIBLE_FORCE_COLOR=0 PY_COLORS=0 NO_COLOR=1
 
 # copy_tree DEST: what git would commit (tracked, and new files it does not ignore; no caches or

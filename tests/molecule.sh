@@ -10,7 +10,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/hosts/env.sh"
 bash "$HERE/hosts/setup-host.sh"
 bash "$HERE/hosts/build-image.sh"
-# molecule keeps its state under $HOME/.cache/molecule: give it one of ours
+# Molecule keeps its state under $HOME (.ansible/tmp, .cache): give it one of ours
 export HOME="$HOSTS_STATE/home"; mkdir -p "$HOME"
 [ -z "$KVFLEET_ARTIFACTS" ] || mkdir -p "$KVFLEET_ARTIFACTS"
 scenarios="${*:-server fleet}"
@@ -32,9 +32,9 @@ stamp() {
 if [ "${1:-}" = --section ]; then
   s=$2; tags=$3
   molecule converge -s "$s" 2>&1 | stamp
-  # the scenario's ephemeral folder, where Molecule keeps its inventory and ansible.cfg
-  eph=$(find "$HOME/.cache" -type d -name "molecule.*.$s" -print -quit)
-  [ -n "$eph" ] && [ -f "$eph/ansible.cfg" ] || { echo "no Molecule state for scenario $s under $HOME/.cache" >&2; exit 1; }
+  # the scenario's ephemeral folder, where Molecule (26) keeps its inventory and ansible.cfg
+  eph=$(find "${ANSIBLE_HOME:-$HOME/.ansible}/tmp" "$HOME/.cache" -maxdepth 3 -type d -name "molecule.*.$s" -print -quit 2>/dev/null || true)
+  [ -n "$eph" ] && [ -f "$eph/ansible.cfg" ] || { echo "no Molecule state for scenario $s under $HOME/.ansible/tmp" >&2; exit 1; }
   t0=$(date +%s)
   # what Molecule's verify sets, with the sections' tags (tags are no Molecule option)
   ANSIBLE_CONFIG="$eph/ansible.cfg" MOLECULE_EPHEMERAL_DIRECTORY="$eph" MOLECULE_SCENARIO_NAME="$s" \

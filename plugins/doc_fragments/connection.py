@@ -60,3 +60,7 @@ options:
       - PEM private key of O(client_cert).
     type: path
 """
+
+    # The same options without url and api_key, for a module that reads several servers, each
+    # with its own (canary_analysis): cut from the text above, so that the two cannot drift apart.
+    TRANSPORT = "\noptions:\n" + DOCUMENTATION[DOCUMENTATION.index("\n  timeout:\n") + 1:]

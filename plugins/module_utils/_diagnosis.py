@@ -21,13 +21,15 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import link
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import fitted_slope
 
 __all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "MEMORY_GROWTH", "MIN_RESTARTS", "VERDICTS",
-           "add_rates", "cause_advice", "diagnose", "group_member_lost", "memory_growth", "since_last_down",
+           "add_rates", "cause_advice", "diagnose", "gpu_unhealthy", "group_member_lost", "memory_growth",
+           "since_last_down",
            "unit_restarts"]
 
 CAUSE_IDS = ("engine_down", "probe_errors", "kv_cache_exhausted", "concurrency_cap",
-             "active_seq_cap", "token_budget", "head_of_line_blocking", "admission_stall",
+             "active_seq_cap", "token_budget", "head_of_line_blocking", "scheduler_limit", "admission_stall",
              "deferred_backlog", "deferred_deadlock", "admission_rejections", "request_errors",
-             "request_aborts", "invalid_metrics", "crash_loop", "memory_growth", "group_member_lost")
+             "request_aborts", "invalid_metrics", "crash_loop", "memory_growth", "group_member_lost",
+             "gpu_unhealthy")
 VERDICTS = ("healthy", "degraded", "unhealthy")
 DEFAULT_THRESHOLDS = {
     # usage at or above this counts as "near full"; below it the cache has room.
@@ -111,6 +113,11 @@ _ADVICE = {
     "head_of_line_blocking": (
         "Requests wait although blocks are free and the engine is below its sequence cap: the "
         "first waiting request cannot be scheduled and the FCFS scheduler does not skip it."),
+    "scheduler_limit": (
+        "Requests wait while the cache has room and the number of running requests holds flat "
+        "below --max-num-seqs: a scheduler limit lower than that cap admits no more "
+        "(--max-num-active-seqs, or the token budget of a step), not fragmentation and not a "
+        "long prompt at the head of the queue."),
     "admission_stall": (
         "Requests are waiting but no engine step completed for the whole window while /health "
         "may still say 200: a hung engine or an admission stall. Only a restart recovers it; "
@@ -150,6 +157,12 @@ _ADVICE = {
         "last metrics, and the requests it routes there hang. A member cannot rejoin a head that "
         "serves: restart the whole group (kvfleet.vllm.rolling_restart), after reading the lost "
         "member's journal for why it went."),
+    "gpu_unhealthy": (
+        "A GPU this server runs on is not healthy as NVML reads it (kvfleet.vllm.gpu_info): "
+        "uncorrectable ECC errors, a pending row remap or page retirement, a critical Xid or a GPU "
+        "off the bus make it unhealthy; heat or power slowdown, a narrowed PCIe link or NVLink "
+        "errors degraded. The other causes may be its symptoms, and a restart of vLLM does not "
+        "cure it: do what each reason says (docs/gpu-health.md), or move the instance off the GPU."),
     "invalid_metrics": (
         "The server's /metrics holds values that cannot be true (NaN or infinite values, negative "
         "counts, usage outside 0..1, bad block counts, duplicated series); the diagnosis ignored "
@@ -581,6 +594,10 @@ def _queue_cause(series, first, last, base, running, limits, size):
         return _cause("token_budget", "warning", ev,
                       "Pass max_num_batched_tokens to the gate to confirm; the budget is "
                       "probably about %.0f tokens." % per_step)
+    plateau = max(running)
+    if cap is not None and len(running) > 1 and 0 < plateau < cap and _pinned(running, plateau) and room:
+        return _scheduler_limit(ev, running, plateau, cap, active, budget, per_step, free_tokens,
+                                mean_prompt)
     if cap is None:
         # No cap given: do not call a flat `running` a cap; weigh the free blocks against the
         # size of recent prompts.
@@ -602,6 +619,43 @@ def _queue_cause(series, first, last, base, running, limits, size):
             ev["likely_limit"] = None
             ev["why"] = "no cap given and no prompt sizes seen: the limit cannot be told apart"
     return _cause("head_of_line_blocking", "warning", ev, _hol_advice(last.get("version")))
+
+
+def _scheduler_limit(ev, running, plateau, cap, active, budget, per_step, free_tokens, mean_prompt):
+    """`running` flat below a known --max-num-seqs, requests waiting, blocks with room: a lower
+    limit. vLLM 0.32.0's scheduler (v1/core/sched/scheduler.py, schedule()) stops admitting
+    waiting requests when len(running) reaches max_num_active_seqs (max_num_seqs when unset) or
+    when the step's token budget (max_num_scheduled_tokens, else max_num_batched_tokens) is
+    spent; the running requests take theirs from it first, one token each while they decode.
+    /metrics shows neither limit, so both stay candidates until the gate is given them."""
+    held = sum(1 for v in running if v >= plateau)
+    unknown = [name for name, value in (("max_num_active_seqs", active),
+                                        ("max_num_batched_tokens", budget)) if not value]
+    ev.update(running_plateau=plateau, samples_at_plateau=held, limits_not_given=unknown)
+    if free_tokens is not None and mean_prompt:
+        ev["prompts_the_free_blocks_hold"] = int(free_tokens // mean_prompt)
+        room = ("%d tokens, room for %d prompt(s) of the recent mean size (%.0f tokens)"
+                % (free_tokens, free_tokens // mean_prompt, mean_prompt))
+    elif free_tokens is not None:
+        room = "%d tokens" % free_tokens
+    else:
+        room = "room (usage below the high mark)"
+    advice = ("Running holds at %d in %d of %d samples, below --max-num-seqs %d, while requests "
+              "wait and the free blocks hold %s. vLLM stops admitting when the running requests "
+              "reach --max-num-active-seqs, or when a step's token budget (--max-num-batched-tokens, "
+              "or --max-num-scheduled-tokens when set) is spent, each running request taking its "
+              "tokens first" % (plateau, held, len(running), cap, room))
+    if per_step is not None:
+        advice += "; steps here carried %.0f tokens, %.1f per running request" % (
+            per_step, per_step / float(plateau))
+    if unknown:
+        advice += (". Pass %s to the gate to tell which; a budget of about %.0f tokens or "
+                   "--max-num-active-seqs %d would hold it here. Raise that limit."
+                   % (" and ".join(unknown), per_step if per_step is not None else plateau, plateau))
+    else:
+        advice += (". Neither --max-num-active-seqs %d nor --max-num-batched-tokens %d is reached: "
+                   "check --max-num-scheduled-tokens." % (active, budget))
+    return _cause("scheduler_limit", "warning", ev, advice)
 
 
 def _rejections(snaps):
@@ -734,8 +788,46 @@ def _growth(points, cfg, key, prefix):
             slope * 3600 / 1048576.0))
 
 
+def gpu_unhealthy(gpus):
+    """The gpu_unhealthy cause from GPU health readings, or None.
+
+    gpus: the GPUs the server runs on, as kvfleet.vllm.gpu_info returns them (or
+    _nvml.collect): each with 'index', 'uuid', 'name' and 'health' ({'verdict', 'reasons'}).
+    Critical when one is unhealthy, a warning when the worst is degraded; a GPU whose health
+    NVML cannot read (verdict None) is no evidence either way.
+    """
+    sick = [g for g in gpus or [] if isinstance(g, dict) and isinstance(g.get("health"), dict)
+            and g["health"].get("verdict") in ("unhealthy", "degraded")]
+    if not sick:
+        return None
+    critical = any(g["health"]["verdict"] == "unhealthy" for g in sick)
+    listed = [{"index": g.get("index"), "uuid": g.get("uuid"), "name": g.get("name"),
+               "verdict": g["health"]["verdict"],
+               "reasons": [dict((k, r.get(k)) for k in ("id", "severity", "evidence", "remedy"))
+                           for r in g["health"].get("reasons") or [] if isinstance(r, dict)]}
+              for g in sick]
+    listed.sort(key=lambda g: (g["verdict"] != "unhealthy", str(g["index"])))
+    return _cause("gpu_unhealthy", "critical" if critical else "warning", {
+        "gpus": listed, "gpus_read": len(gpus)},
+        "Here: %s." % "; ".join(
+            "GPU %s%s is %s (%s)" % (g["index"], " (%s)" % g["uuid"] if g["uuid"] else "", g["verdict"],
+                                     ", ".join("%s: %s" % (r["id"], r["remedy"]) for r in g["reasons"]))
+            for g in listed))
+
+
+def _gpu_first(causes, gpu):
+    """A sick GPU explains the other symptoms (a dead engine, a full or stalled cache): its cause
+    leads its severity, and names what it may explain."""
+    if gpu is None:
+        return causes
+    gpu["evidence"]["may_explain"] = [c["id"] for c in causes]
+    causes = [gpu] + causes
+    causes.sort(key=lambda c: _SEVERITY_ORDER[c["severity"]])
+    return causes
+
+
 def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None, unit_points=None,
-             memory_points=None, memory_settings=None):
+             memory_points=None, memory_settings=None, gpu_health=None):
     """Snapshots (oldest first, with rates) -> {'verdict', 'state', 'causes', 'window_seconds',
     'engines', 'pending'}.
 
@@ -743,7 +835,8 @@ def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None, unit_po
     as its own argument for callers that know only that one. unit_points: the unit's restart
     counts over a longer span than the snapshots (unit_restarts); the snapshots' own otherwise.
     memory_points: the monitor's history with each sample's unit memory (memory_growth; the
-    host program has it, the gate module does not).
+    host program has it, the gate module does not). gpu_health: the GPUs the server runs on with
+    their health (gpu_unhealthy); absent, no GPU is judged.
     """
     th = dict(DEFAULT_THRESHOLDS)
     th.update(dict((k, v) for k, v in (thresholds or {}).items() if v is not None))
@@ -752,9 +845,11 @@ def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None, unit_po
         lim["max_num_seqs"] = max_num_seqs
     looping = unit_restarts(snapshots if unit_points is None else unit_points)
     down_cause, down_pending, outage = _availability(snapshots)
+    sick_gpu = gpu_unhealthy(gpu_health) if gpu_health else None
     if outage:
         # Other rules read a live engine; a dead one can serve frozen metrics (facts §4).
-        return _result([down_cause] + ([looping] if looping else []), None, snapshots, {}, [])
+        return _result(_gpu_first([down_cause] + ([looping] if looping else []), sick_gpu),
+                       None, snapshots, {}, [])
     causes = [down_cause] if down_cause else []
     pending = [down_pending] if down_pending else []
     readable = [s for s in snapshots if not _is_down(s)]
@@ -787,7 +882,7 @@ def diagnose(snapshots, max_num_seqs=None, thresholds=None, limits=None, unit_po
              else "idle")
     # critical first; the order found within a severity
     causes.sort(key=lambda c: _SEVERITY_ORDER[c["severity"]])
-    return _result(causes, state, snapshots, engines, pending)
+    return _result(_gpu_first(causes, sick_gpu), state, snapshots, engines, pending)
 
 
 def _invalid_metrics(snapshots):

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["METRICS", "QUANTILES", "bucket_quantile", "histograms", "latency", "window"]
+__all__ = ["METRICS", "QUANTILES", "bucket_quantile", "counts_between", "histograms", "latency", "window"]
 
 # short name -> the histogram family (newest name first)
 METRICS = (
@@ -336,6 +336,29 @@ def latency(last, first=None, seconds=None, between=()):
                 metrics.setdefault(metric, _empty("not exposed by this engine"))
         out["engines"] = dict((e, per_engine[e]) for e in sorted(per_engine, key=_engine_key))
     return out
+
+
+def counts_between(metric, first, last):
+    """The bucket counts one metric gained from one reading to a later one (what histograms()
+    returned for each), the engines added up: (bounds, counts with the +Inf count last), or
+    (None, reason) when they cannot be subtracted (as latency() decides). For callers that add
+    several servers' windows up before taking a quantile, or take one per interval."""
+    first = first if isinstance(first, dict) else {}
+    last = last if isinstance(last, dict) else {}
+    before, now = _engines(first, metric), _engines(last, metric)
+    end = _total(now)
+    if end[0] is None:
+        return end
+    start = _total(before)
+    if start[0] is None:
+        return None, "the first reading: %s" % start[1]
+    if set(now) != set(before):
+        return None, "the engines differ between the two readings"
+    if start[0] != end[0]:
+        return None, "the bucket bounds changed between the two readings"
+    if any(a > b for a, b in zip(start[1], end[1])):
+        return None, _RESTARTED
+    return _checked(end[0], [_num(b - a) for a, b in zip(start[1], end[1])])
 
 
 def window(snapshots):

@@ -12,25 +12,32 @@ only: it runs on any managed host.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import time
 
-__all__ = ["ManifestError", "parse_manifest", "scan", "stamp_ok", "write_stamp", "promote",
-           "prune_plan", "free_bytes", "STAMP", "manifest_id"]
+__all__ = ["ManifestError", "UnsafePath", "parse_manifest", "scan", "stamp_ok", "write_stamp", "promote",
+           "prune_plan", "prune", "link_in_path", "free_bytes", "STAMP", "manifest_id"]
 
 # Written into a revision's folder once every file matched the manifest. A later run trusts it
 # (with every file's size) instead of reading the whole model again.
 STAMP = ".kvfleet-verified.json"
-_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+_HEX = re.compile(r"^[0-9a-fA-F]{64}\Z")
 _CHUNK = 1 << 20
 
 
 class ManifestError(ValueError):
     """A manifest that cannot be used; the message names the line and what is wrong."""
+
+
+class UnsafePath(ValueError):
+    """A folder root would reach through a symbolic link (or a part that is not a folder); the
+    message names the path."""
 
 
 def _safe_relpath(path):
@@ -207,6 +214,166 @@ def prune_plan(revisions, keep, protect):
             break
         kept.add(name)
     return sorted(names - kept)
+
+
+# The store's folders are beside (or inside) what the service user owns: it can replace a folder
+# by a symbolic link at any moment. Root opens each part itself, never following a link
+# (O_NOFOLLOW), and works inside the folder it opened (dir_fd), so a link put in place between two
+# steps makes the step fail instead of reaching outside.
+_DIR_FLAGS = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+              | getattr(os, "O_CLOEXEC", 0))
+
+
+_AT_SUPPORTED = (hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY") and os.open in os.supports_dir_fd
+                 and os.stat in os.supports_dir_fd and os.unlink in os.supports_dir_fd
+                 and os.rmdir in os.supports_dir_fd and os.listdir in os.supports_fd)
+
+
+def link_in_path(path):
+    """The first part of `path` (made absolute) that is a symbolic link, or None. The search
+    ends at the first part that does not exist."""
+    probe = os.sep
+    for part in os.path.abspath(path).split(os.sep):
+        if not part:
+            continue
+        probe = os.path.join(probe, part)
+        if os.path.islink(probe):
+            return probe
+        if not os.path.exists(probe):
+            return None
+    return None
+
+
+def _unsafe(path, what):
+    if os.path.islink(path):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return UnsafePath("%s %s is a symbolic link (to %s); nothing is followed through a link"
+                          % (what, path, target))
+    return UnsafePath("%s %s is not a folder" % (what, path))
+
+
+def _open_at(parent_fd, name, shown):
+    """os.open of folder `name` in the folder open as parent_fd, not following a link."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            raise _unsafe(shown, "the folder")
+        raise
+
+
+def _open_dir(path):
+    """A descriptor of folder `path`, opened one part at a time from / without following a link;
+    None when a part does not exist. UnsafePath when a part is a link or not a folder."""
+    path = os.path.abspath(path)
+    fd = os.open(os.sep, _DIR_FLAGS)
+    walked = os.sep
+    try:
+        for part in path.split(os.sep):
+            if not part:
+                continue
+            walked = os.path.join(walked, part)
+            try:
+                nxt = _open_at(fd, part, walked)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    os.close(fd)
+                    return None
+                raise
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _remove_tree_at(parent_fd, name, shown):
+    """Remove folder `name` of the folder open as parent_fd and all it holds. A link inside is
+    removed itself, never what it points at; `name` (or a folder inside) turning out to be a link
+    raises UnsafePath and what is left stays."""
+    fd = _open_at(parent_fd, name, shown)
+    try:
+        for entry in os.listdir(fd):
+            try:
+                mode = os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(mode):
+                _remove_tree_at(fd, entry, os.path.join(shown, entry))
+            else:
+                os.unlink(entry, dir_fd=fd)  # a link is removed, not followed
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def _stamp_time(fd, name, shown):
+    """When revision `name` was verified (its stamp's mtime); 0.0 without a regular stamp."""
+    try:
+        rev = _open_at(fd, name, shown)
+    except (OSError, UnsafePath):
+        return 0.0
+    try:
+        st = os.stat(STAMP, dir_fd=rev, follow_symlinks=False)
+        return st.st_mtime if stat.S_ISREG(st.st_mode) else 0.0
+    except OSError:
+        return 0.0
+    finally:
+        os.close(rev)
+
+
+def prune(path, keep, protect, dry_run=False):
+    """Remove the revisions of model folder `path` beyond `keep` (prune_plan), as root in a store
+    another user can write to: no part of `path` may be a symbolic link (UnsafePath), a revision
+    that is a link is skipped (never followed, never removed), and removing walks each folder
+    from a descriptor of its parent without following links.
+
+    Returns {removed, kept, skipped: [{name, reason}]}; dry_run removes nothing."""
+    if not _AT_SUPPORTED:
+        raise UnsafePath("%s: this platform cannot remove folders without following links "
+                         "(needs O_NOFOLLOW and dir_fd)" % path)
+    path = os.path.abspath(path)
+    link = link_in_path(path)
+    if link is not None:
+        raise _unsafe(link, "%s: prune refused," % path)
+    fd = _open_dir(path)
+    if fd is None:
+        return {"removed": [], "kept": [], "skipped": []}
+    try:
+        revisions, skipped = [], []
+        for name in sorted(os.listdir(fd)):
+            if name.startswith("."):
+                continue  # staging folders
+            shown = os.path.join(path, name)
+            try:
+                mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(mode):
+                skipped.append({"name": name, "reason": str(_unsafe(shown, "the revision"))})
+                continue
+            if not stat.S_ISDIR(mode):
+                continue  # not a revision
+            # a revision never verified is the oldest (first to go)
+            revisions.append((name, _stamp_time(fd, name, shown)))
+        planned = prune_plan(revisions, keep, protect)
+        removed = []
+        for name in planned:
+            if not dry_run:
+                try:
+                    _remove_tree_at(fd, name, os.path.join(path, name))
+                except UnsafePath as exc:
+                    skipped.append({"name": name, "reason": str(exc)})
+                    continue
+            removed.append(name)
+    finally:
+        os.close(fd)
+    kept = sorted(item[0] for item in revisions if item[0] not in planned)
+    return {"removed": removed, "kept": kept, "skipped": skipped}
 
 
 def free_bytes(path):

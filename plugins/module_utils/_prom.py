@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["PromParseError", "Sample", "parse"]
+__all__ = ["PromParseError", "Sample", "parse", "repeated_series"]
 
 
 class PromParseError(ValueError):
@@ -233,3 +233,18 @@ def parse(text, fast=True):
             raise PromParseError("the body does not end with a newline (truncated?); last line %r"
                                  % _excerpt(last))
     return samples, types
+
+
+def repeated_series(samples):
+    """Series (one name and label set) that appear more than once in one body, with every value.
+
+    [(name, labels, [values in file order])], in the order of their first line. The format allows
+    each series once per exposition; a scraper cannot tell which copy is right. Prometheus keeps
+    one copy of a series repeated with a different value and drops the others, logging "Error on
+    ingesting samples with different value but same timestamp" (scrape/scrape.go).
+    """
+    seen = {}
+    for s in samples:
+        seen.setdefault((s.name, frozenset(s.labels.items())), []).append(s)
+    return [(copies[0].name, copies[0].labels, [c.value for c in copies])
+            for copies in seen.values() if len(copies) > 1]

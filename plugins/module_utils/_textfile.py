@@ -12,7 +12,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import CAU
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import METRICS, QUANTILES
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import TREND_IDS
 
-__all__ = ["render"]
+__all__ = ["GPU_HEALTH_VALUES", "render"]
 
 # name, help, where the value comes from: (section, key)
 _GAUGES = (
@@ -47,8 +47,16 @@ def _number(value):
     return repr(float(value)) if not float(value).is_integer() else str(int(value))
 
 
-def render(results):
-    """results: [{'instance', 'snapshot' (or None), 'diagnosis', 'trends', 'sustained'}]."""
+# kvfleet_vllm_gpu_health's values (_nvml.HEALTH_VERDICTS in order)
+GPU_HEALTH_VALUES = {"healthy": 0, "degraded": 1, "unhealthy": 2}
+
+
+def render(results, gpus=None):
+    """results: [{'instance', 'snapshot' (or None), 'diagnosis', 'trends', 'sustained'}].
+
+    gpus: the host's GPUs with their health (_nvml.collect's 'gpus'), for kvfleet_vllm_gpu_health
+    and kvfleet_vllm_gpu_health_reason; None (a CPU host, no NVML) leaves both families out.
+    """
     families = []
 
     def family(name, help_text, samples):
@@ -96,4 +104,15 @@ def render(results):
             for r in results for t in TREND_IDS])
     family("kvfleet_vllm_last_sample_timestamp_seconds", "Unix time of the last sample.",
            [({"instance": r["instance"]}, r["time"]) for r in results])
+    if gpus is not None:
+        read = [g for g in gpus if (g.get("health") or {}).get("verdict") in GPU_HEALTH_VALUES]
+        # absent, not 0, for a GPU whose health NVML cannot read
+        family("kvfleet_vllm_gpu_health", "The GPU's health as NVML reads it: 0 healthy, 1 degraded, "
+               "2 unhealthy (see docs/gpu-health.md).",
+               [({"gpu": g["index"], "uuid": g.get("uuid") or ""},
+                 GPU_HEALTH_VALUES[g["health"]["verdict"]]) for g in read])
+        family("kvfleet_vllm_gpu_health_reason", "1 for each reason that makes the GPU degraded or unhealthy.",
+               [({"gpu": g["index"], "uuid": g.get("uuid") or "", "reason": r["id"],
+                  "severity": r.get("severity", "")}, 1)
+                for g in read for r in g["health"].get("reasons") or []])
     return "\n".join(families) + "\n"

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import repeated_series
+
 __all__ = ["FIELDS", "MAX_COUNT", "NotVllmMetrics", "normalize", "is_v0"]
 
 # Fields of a normalised view, in the order the docs list them.
@@ -392,6 +394,19 @@ def _valid_series(series, invalid):
     return out
 
 
+def _repeated_elsewhere(samples, series, invalid):
+    """A series repeated with different values among those no field reads (histogram buckets,
+    series of other exporters, vLLM series the view leaves out): the body is not one consistent
+    reading, and a Prometheus scraping it keeps one copy. _valid_series refuses the others."""
+    read = set((name, frozenset(labels.items())) for canon, name, labels, _value in series
+               if _fields_of(canon, labels))
+    for name, labels, values in repeated_series(samples):
+        if (name, frozenset(labels.items())) in read or len(set(repr(v) for v in values)) < 2:
+            continue
+        invalid.add(name, "duplicate series with different values (%d copies)" % len(values),
+                    _series_text(name, labels), " vs ".join(repr(v) for v in values[:4]))
+
+
 def _cache_configs(series, invalid):
     """engine -> {'_model', 'num_gpu_blocks', 'block_size', '_invalid'} from cache_config_info.
 
@@ -457,6 +472,7 @@ def normalize(samples):
         if engine is not None and not _is_rank(engine):
             invalid.add("engine", "engine label is not a data-parallel rank (ASCII digits)",
                         _series_text(name, dict(labels)), engine)
+    _repeated_elsewhere(samples, series, invalid)
     series = _valid_series(series, invalid)
 
     # cache_config_info describes an engine's block pool; it carries 'engine' (V1) but not

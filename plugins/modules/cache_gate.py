@@ -17,7 +17,7 @@ description:
   - "Causes it reports (docs/kv-cache.md has what each one means, its evidence and the real
     capture that shows it): C(engine_down), C(probe_errors), C(kv_cache_exhausted),
     C(concurrency_cap), C(active_seq_cap), C(token_budget), C(head_of_line_blocking),
-    C(admission_stall), C(deferred_backlog), C(deferred_deadlock), C(admission_rejections),
+    C(scheduler_limit), C(admission_stall), C(deferred_backlog), C(deferred_deadlock), C(admission_rejections),
     C(request_errors), C(request_aborts), C(invalid_metrics). When the cache has room but
     requests queue, it names the scheduler limit that does it; PagedAttention has no external
     fragmentation, so no cause is called that."
@@ -422,9 +422,7 @@ fleet:
            "concurrency": 2, "seconds": 4.1}
 """
 
-import heapq
 import json
-import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -434,10 +432,11 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
 from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import head_links, local_engines
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import (
+    TargetWindow, check_target_limits, run_windows, target_limits, target_options)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import window
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
-    check_range, check_window, extension_delay, redact_url, sample, sample_until_decided,
-    sample_window, scrub)
+    check_range, check_window, sample_until_decided, sample_window, scrub)
 
 # requests in flight at once, at most (each worker holds a thread and, during a request, a socket)
 MAX_CONCURRENCY = 1024
@@ -482,12 +481,6 @@ def summary(url, result):
         parts.append("%s [%s%s]%s" % (cause["id"], cause["severity"], where,
                                       (": %s" % detail) if detail else ""))
     return "vLLM at %s is %s: %s" % (url, result["verdict"], "; ".join(parts))
-
-
-def _target_limits(params, target):
-    """A target's own scheduler limits; a limit it leaves out is the module's."""
-    return dict((name, target.get(name) if target.get(name) is not None else params[name])
-                for name in LIMIT_NAMES)
 
 
 def _judge(module, limits, snaps):
@@ -551,44 +544,35 @@ def _failed_target(url, exc):
 
 
 class _Window(object):
-    """One target's window in a fleet run: the same cadence and extension as _gate, taken one
-    sample at a time so that a worker never holds a target while it waits for its next sample."""
+    """One target's window in a fleet run (the shared TargetWindow: the same cadence and
+    extension as _gate), and what a single-server run returns for it once it is over."""
 
     def __init__(self, module, target):
+        p = module.params
         self.module, self.target = module, target
-        self.url = redact_url(target["url"])
-        self.fetch = None
-        self.limits = _target_limits(module.params, target)
-        self.snaps, self.started, self.begun, self.result, self.out = [], None, None, None, None
+        limits = target_limits(p, target)
+        self.window = TargetWindow(target, lambda t: make_fetcher(module, t), p["samples"],
+                                   p["interval"], lambda snaps: _judge(module, limits, snaps),
+                                   extend=p["extend"])
+        self.out = None
 
     def step(self):
         """Take the next sample; returns when the next one is due (time.monotonic()), or None
         once the target is decided (self.out holds its result)."""
-        p = self.module.params
-        try:
-            if self.started is None:
-                self.started = time.monotonic()
-                self.fetch = make_fetcher(self.module, self.target)
-            self.snaps.append(sample(self.fetch, self.url))
-            taken = len(self.snaps)
-            if taken < p["samples"]:
-                # as sample_window: each sample `interval` s after the previous one was due
-                return self.started + taken * p["interval"]
-            self.result = _judge(self.module, self.limits, self.snaps)
-            if p["extend"]:
-                if self.begun is None:
-                    self.begun = time.time()
-                delay = extension_delay(self.result, self.snaps, p["interval"], time.time(),
-                                        self.begun)
-                if delay is not None:
-                    return time.monotonic() + delay
-            extended = round(time.time() - self.begun, 2) if p["extend"] else 0.0
-            self.out = _outcome(self.url, self.snaps, self.result, extended)
-        except Exception as exc:  # anything unexpected is this target's finding
-            self.out = _failed_target(self.url, exc)
-        self.out.update(name=self.target["name"], host=self.target.get("host"), url=self.url,
-                        seconds=round(time.monotonic() - self.started, 2),
-                        in_fail_on=self.out["verdict"] in p["fail_on"])
+        following = self.window.step()
+        if following is not None:
+            return following
+        w = self.window
+        error = w.error
+        if error is None:
+            try:
+                self.out = _outcome(w.url, w.snaps, w.result, w.extended)
+            except Exception as exc:  # anything unexpected is this target's finding
+                error = exc
+        if error is not None:
+            self.out = _failed_target(w.url, error)
+        self.out.update(name=self.target["name"], host=self.target.get("host"), url=w.url,
+                        seconds=w.seconds, in_fail_on=self.out["verdict"] in self.module.params["fail_on"])
         return None
 
 
@@ -597,44 +581,14 @@ def _gate_fleet(module):
     own cadence. Workers take whichever sample is due next; none waits on a target's interval,
     so the run lasts about one window plus the sampling work shared among the workers."""
     targets = [_Window(module, t) for t in module.params["targets"]]
-    due = [(0.0, i) for i in range(len(targets))]   # a heap of (when, target index)
-    busy = [0]
-    cond = threading.Condition()
-
-    def worker():
-        while True:
-            with cond:
-                while True:
-                    if not due and not busy[0]:
-                        cond.notify_all()
-                        return
-                    wait = (due[0][0] - time.monotonic()) if due else None
-                    if wait is not None and wait <= 0:
-                        unused, index = heapq.heappop(due)
-                        busy[0] += 1
-                        break
-                    cond.wait(wait)
-            following = targets[index].step()
-            with cond:
-                busy[0] -= 1
-                if following is not None:
-                    heapq.heappush(due, (following, index))
-                cond.notify_all()
-
     started = time.monotonic()
-    workers = [threading.Thread(target=worker, name="kvfleet-gate-%d" % i)
-               for i in range(min(module.params["concurrency"], len(targets)))]
-    for thread in workers:
-        thread.daemon = True
-        thread.start()
-    for thread in workers:
-        thread.join()
+    workers = run_windows(targets, module.params["concurrency"])
     results = [t.out for t in targets]
     counts = dict((verdict, sum(1 for r in results if r["verdict"] == verdict))
                   for verdict in VERDICTS)
     failed = [r["name"] for r in results if r["in_fail_on"]]
     fleet = dict(targets=len(results), failed=failed, seconds=round(time.monotonic() - started, 2),
-                 concurrency=len(workers), **counts)
+                 concurrency=workers, **counts)
     msg = "%d vLLM server(s): %s" % (len(results), ", ".join(
         "%d %s" % (counts[v], v) for v in VERDICTS))
     if failed:
@@ -648,16 +602,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             connection,
-            targets=dict(type="list", elements="dict", options=dict(
-                name=dict(type="str", required=True),
-                url=dict(type="str", required=True),
-                host=dict(type="str"),
-                api_key=dict(type="str", no_log=True),
-                max_num_seqs=dict(type="int"),
-                max_num_batched_tokens=dict(type="int", no_log=False),
-                max_num_active_seqs=dict(type="int"),
-                max_model_len=dict(type="int"),
-            )),
+            targets=dict(type="list", elements="dict", options=target_options()),
             serving_group_head=dict(type="dict", options=dict(
                 unit=dict(type="str", required=True),
                 port=dict(type="int", required=True),
@@ -694,11 +639,9 @@ def main():
         check_connection_params(module, [("targets[%d].url" % i, t["url"])
                                          for i, t in enumerate(p["targets"])])
         _check(module)
-        for i, target in enumerate(p["targets"]):
-            for name in LIMIT_NAMES:
-                if target[name] is not None and target[name] < 1:
-                    module.fail_json(msg="targets[%d].%s must be 1 or more, got %s"
-                                     % (i, name, target[name]))
+        error = check_target_limits(p["targets"])
+        if error:
+            module.fail_json(msg=error)
         if not 1 <= p["concurrency"] <= MAX_CONCURRENCY:
             module.fail_json(msg="concurrency must be 1 to %d, got %s"
                              % (MAX_CONCURRENCY, p["concurrency"]))

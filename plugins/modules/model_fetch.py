@@ -48,7 +48,15 @@ options:
     description:
       - A hub token, sent as C(Authorization Bearer) to O(url) only, never to the host a download is
         redirected to. Needed for gated and private repositories.
+      - Refused over plain C(http://) to a host other than loopback (anyone on the path would read
+        it), unless O(allow_insecure_token).
     type: str
+  allow_insecure_token:
+    description:
+      - Send O(token), or a password written in O(url) (C(user:password@)), over plain C(http://) to a
+        host other than loopback (a mirror on a network you trust).
+    type: bool
+    default: false
   timeout:
     description: Seconds each request may wait for the server (a connection, or a pause in the data).
     type: int
@@ -62,6 +70,7 @@ options:
     type: path
 notes:
   - HTTP goes through C(ansible.module_utils.urls); a proxy set in C(https_proxy) is used.
+  - Credentials in O(url) (C(user:password@)) never show in messages or results.
 """
 
 EXAMPLES = r"""
@@ -99,12 +108,13 @@ seconds:
   type: float
 """
 
+import ipaddress
 import os
 import shutil
 import time
 
 from urllib.error import HTTPError, URLError
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
@@ -112,12 +122,24 @@ from ansible.module_utils.urls import open_url
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._model_store import (
     ManifestError, copy_hashed, parse_manifest, promote, stamp_ok)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import redact_url, scrub
 
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 
+def _loopback(host):
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
+
+
 def _why(exc, url, token):
-    """An HTTP or network error in words, with the advice an operator needs."""
+    """An HTTP or network error in words, with the advice an operator needs (no credentials:
+    the URL without user:password@, the error's text scrubbed)."""
+    url = redact_url(url)
     code = getattr(exc, "code", None)
     if code in (401, 403):
         return "%s: %d %s (a gated or private repository: %s)" % (
@@ -127,7 +149,7 @@ def _why(exc, url, token):
         return "%s: 404 Not Found (check the repository, the revision (a commit) and the file names in the manifest)" % url
     if code is not None:
         return "%s: %d %s" % (url, code, getattr(exc, "reason", ""))
-    return "%s: %s" % (url, to_native(getattr(exc, "reason", exc)))
+    return "%s: %s" % (url, scrub(to_native(getattr(exc, "reason", exc))))
 
 
 def main():
@@ -137,6 +159,7 @@ def main():
             url=dict(type="str", required=True),
             manifest=dict(type="str", required=True),
             token=dict(type="str", no_log=True),
+            allow_insecure_token=dict(type="bool", default=False),
             timeout=dict(type="int", default=60),
             validate_certs=dict(type="bool", default=True),
             ca_path=dict(type="path"),
@@ -144,8 +167,23 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    try:
+        parts = urlsplit(p["url"])
+        userinfo, password, host = parts.netloc.rpartition("@")[0], parts.password, parts.hostname
+    except ValueError:
+        userinfo, password, host = "", None, None
+    # Ansible echoes the arguments (invocation) and masks what no_log_values holds; a user name
+    # alone is masked only when it looks like a token (a short one would garble every message)
+    for secret in (password, userinfo if password or len(userinfo) >= 8 else None):
+        if secret:
+            module.no_log_values.add(secret)
+    shown = redact_url(p["url"])
     if not p["url"].startswith(("https://", "http://")) or not p["url"].endswith("/"):
-        module.fail_json(msg="url: must be an http(s) URL ending in / (the revision's resolve URL), got %s" % p["url"])
+        module.fail_json(msg="url: must be an http(s) URL ending in / (the revision's resolve URL), got %s" % shown)
+    if (p["token"] or password) and parts.scheme == "http" and not _loopback(host) and not p["allow_insecure_token"]:
+        module.fail_json(msg="%s: plain http:// to %s would send the %s in clear; use https://, or set "
+                             "allow_insecure_token: true for a mirror on a network you trust"
+                             % ("token" if p["token"] else "url", host, "token" if p["token"] else "password in url"))
     if p["timeout"] < 1:
         module.fail_json(msg="timeout: must be 1 second or more, got %d" % p["timeout"])
     try:
@@ -202,7 +240,7 @@ def main():
         if digest != manifest[rel]:
             shutil.rmtree(staging, ignore_errors=True)
             module.fail_json(msg="%s from %s: sha256 %s, the manifest says %s (%d bytes received); "
-                             "nothing was kept" % (rel, url, digest, manifest[rel], size),
+                             "nothing was kept" % (rel, redact_url(url), digest, manifest[rel], size),
                              verified=False, **result)
         result["downloaded"].append(rel)
         result["bytes"] += size

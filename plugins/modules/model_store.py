@@ -21,6 +21,12 @@ description:
     the module fails naming the files; O(path) is left as it was.
   - O(operation=prune) removes revisions of a model folder beyond the O(keep) most recently verified,
     never one listed in O(protect).
+  - The store is inside a folder the service user can write to, and the module runs as root, so
+    O(operation=prune) and O(operation=promote) refuse a O(path) (or O(src)) of which any part is a
+    symbolic link, and O(operation=prune) never follows a link: a revision that is a link is
+    skipped and reported in RV(skipped), and folders are removed from a descriptor of their
+    parent (C(O_NOFOLLOW)), so a link put in place meanwhile stops the removal instead of
+    reaching outside the store.
   - The C(kvfleet.vllm.server) role uses it to stage models before a deploy drains a host
     (docs/models.md).
 author:
@@ -154,15 +160,26 @@ kept:
   returned: operation is prune
   type: list
   elements: str
+skipped:
+  description: Entries of the model's folder left alone because they are (or became) symbolic links, each with the reason.
+  returned: operation is prune
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The entry's name in the model's folder.
+      type: str
+    reason:
+      description: Why it was left alone, naming the path and where the link points.
+      type: str
 """
 
 import os
-import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._model_store import (
-    STAMP, ManifestError, free_bytes, parse_manifest, promote, prune_plan, scan, stamp_ok)
+    ManifestError, UnsafePath, free_bytes, link_in_path, parse_manifest, promote, prune, scan, stamp_ok)
 
 
 def _problems(result):
@@ -198,6 +215,12 @@ def _promoted(module, manifest):
     if module.check_mode:
         result = scan(src, manifest, hash_files=False)
         module.exit_json(changed=True, **result)
+    # root renames and removes here: never through a link the service user may have put in place
+    for key in ("path", "src"):
+        link = link_in_path(module.params[key])
+        if link is not None:
+            module.fail_json(msg="%s: %s is a symbolic link (to %s); promote refuses to follow it"
+                             % (key, link, os.path.realpath(link)))
     if os.path.dirname(os.path.abspath(src)) != os.path.dirname(os.path.abspath(path)):
         module.fail_json(msg="src: the staging folder must be beside path (one rename promotes it), got %s for %s"
                          % (src, path))
@@ -209,22 +232,14 @@ def _promoted(module, manifest):
 
 
 def _pruned(module):
-    path = module.params["path"]
-    revisions = []
-    if os.path.isdir(path):
-        for name in sorted(os.listdir(path)):
-            folder = os.path.join(path, name)
-            if name.startswith(".") or not os.path.isdir(folder) or os.path.islink(folder):
-                continue  # staging folders and anything not a revision
-            stamp = os.path.join(folder, STAMP)
-            # a revision never verified is the oldest (first to go)
-            revisions.append((name, os.path.getmtime(stamp) if os.path.exists(stamp) else 0.0))
-    removed = prune_plan(revisions, module.params["keep"], module.params["protect"])
-    if removed and not module.check_mode:
-        for name in removed:
-            shutil.rmtree(os.path.join(path, name))
-    kept = sorted(item[0] for item in revisions if item[0] not in removed)
-    module.exit_json(changed=bool(removed), removed=removed, kept=kept)
+    try:
+        result = prune(module.params["path"], module.params["keep"], module.params["protect"],
+                       dry_run=module.check_mode)
+    except UnsafePath as exc:
+        module.fail_json(msg="path: %s" % exc, removed=[], kept=[], skipped=[])
+    for item in result["skipped"]:
+        module.warn("prune skipped %s" % item["reason"])
+    module.exit_json(changed=bool(result["removed"]), **result)
 
 
 def main():

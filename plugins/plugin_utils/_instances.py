@@ -11,23 +11,22 @@ address, probe URL, argv, cap and drain time from here, so they cannot disagree.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import (
-    GroupError, dp_argv, dp_options, group_record, missing_flags, ray_node)
+    SINCE as _GROUP_FLAGS, GroupError, dp_argv, dp_options, group_record, missing_flags, ray_node)
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import (
-    VllmArgsError, _manifest_flags, parse_version, render)
+    EXTRA_FLAGS, OPTIONS, VllmArgsError, _manifest_flags, parse_version, render)
 
-__all__ = ["InstanceError", "build", "flag_value", "probe_host"]
+__all__ = ["InstanceError", "build", "flag_value", "is_loopback", "probe_host"]
 
-# Addresses a server bound to is reachable from this host only (with all of 127.0.0.0/8).
-LOOPBACK = ("localhost", "::1")
 # Binding these (or giving no --host, vLLM's default) listens on every interface.
 ANY = ("", "0.0.0.0", "::")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # CUDA_VISIBLE_DEVICES: indices, GPU-/MIG- UUIDs, comma separated
-_CUDA_DEVICES = re.compile(r"^([0-9]+|(GPU|MIG)-[A-Za-z0-9/-]+)(,([0-9]+|(GPU|MIG)-[A-Za-z0-9/-]+))*$")
+_CUDA_DEVICES = re.compile(r"^([0-9]+|(GPU|MIG)-[A-Za-z0-9/-]+)(,([0-9]+|(GPU|MIG)-[A-Za-z0-9/-]+))*\Z")
 # Settings whose empty value means "not set" (the role's defaults use "" for unset)
 _UNSET = ("", None)
 
@@ -36,12 +35,12 @@ class InstanceError(ValueError):
     """Bad instance settings; the message names the variable, the instance and what is allowed."""
 
 
-def _gpus_needed(argv):
+def _gpus_needed(argv, flags=None):
     """{'count', 'why'}: GPUs the instance's engines on this host take: its local data parallel
     engines (all of --data-parallel-size unless --data-parallel-size-local says fewer), each
     --tensor-parallel-size x --pipeline-parallel-size."""
     def size(flag):
-        value = _int_or_none(flag_value(argv, flag))
+        value = _int_or_none(flag_value(argv, flag, flags))
         return value if value and value > 0 else None
     local, total = size("--data-parallel-size-local"), size("--data-parallel-size")
     tp, pp = size("--tensor-parallel-size"), size("--pipeline-parallel-size")
@@ -52,22 +51,74 @@ def _gpus_needed(argv):
     return {"count": (local or total or 1) * (tp or 1) * (pp or 1), "why": " x ".join(parts) or "one engine"}
 
 
-def flag_value(argv, flag):
+# The long flags vLLM's parser has, as far as the collection's tables know them: what an
+# abbreviation is checked against when the installed vLLM's flag manifest is not at hand.
+_TABLE_FLAGS = frozenset(
+    [spec["flag"] for _key, spec in OPTIONS] + [spec["negative"] for _key, spec in OPTIONS if spec.get("negative")]
+    + list(EXTRA_FLAGS) + list(_GROUP_FLAGS) + ["--config", "--api-key", "--hf-token", "--help"])
+
+
+def _flag_of(arg, want, flags):
+    """Whether vLLM's parser reads argument `arg` as long flag `want` (and the value written
+    inline after '=', if any): (bool, inline value or None).
+
+    vLLM 0.32.0's FlexibleArgumentParser (vllm/utils/argparse_utils.py) turns underscores into
+    dashes in the flag's name and leaves argparse's allow_abbrev at its default (on): an exact
+    flag wins, else a prefix of exactly one flag is that flag (``--ho 0.0.0.0``, ``--hos=::``
+    set --host), and a prefix of several stops the parser ("ambiguous option"). A prefix of
+    `want` that other known flags share raises InstanceError: the collection cannot tell which
+    one vLLM would take, and guards (the public bind above all) must not guess."""
+    name, eq, value = arg.partition("=")
+    name = "--" + name[2:].split(".", 1)[0].replace("_", "-")
+    inline = value if eq else None
+    if name == want:
+        return True, inline
+    if name in flags or len(name) < 3 or not want.startswith(name):
+        return False, None
+    others = sorted(f for f in flags if f.startswith(name) and f != want)
+    if others:
+        raise InstanceError("%s abbreviates %s and %s: vLLM refuses an ambiguous abbreviation, and the "
+                            "collection reads %s from the arguments; write the flag in full"
+                            % (arg.partition("=")[0], want, ", ".join(others), want))
+    return True, inline
+
+
+def flag_value(argv, flag, flags=None):
     """The value the last occurrence of a long flag gets in argv, as vLLM's parser reads it
-    (``--flag value``, ``--flag=value``, underscores for dashes); None when absent."""
+    (``--flag value``, ``--flag=value``, underscores for dashes, an unambiguous abbreviation:
+    see _flag_of); None when absent. `flags`: the parser's long flags (the installed vLLM's
+    manifest), else the collection's table. Arguments after a bare ``--`` are positional."""
     found = None
-    want = flag.lstrip("-").replace("_", "-")
+    want = "--" + flag.lstrip("-").replace("_", "-")
+    known = _TABLE_FLAGS if flags is None else frozenset(flags) | {"--help"}
     for i, arg in enumerate(argv):
+        if arg == "--":
+            break
         if not arg.startswith("--"):
             continue
-        key, eq, value = arg[2:].partition("=")
-        if key.replace("_", "-") != want:
+        match, inline = _flag_of(arg, want, known)
+        if not match:
             continue
-        if eq:
-            found = value
+        if inline is not None:
+            found = inline
         elif i + 1 < len(argv):
             found = argv[i + 1]
     return found
+
+
+def is_loopback(host):
+    """Whether a server bound to `host` is reachable from this host only: a loopback IP literal
+    (127.0.0.0/8, ::1, bracketed or not) or exactly 'localhost'. A name such as
+    127.0.0.1.example.net is whatever its DNS says, so it is not."""
+    if not isinstance(host, str):
+        return False
+    if host == "localhost":
+        return True
+    text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
 
 
 def probe_host(bind):
@@ -100,7 +151,7 @@ def _no_newline(where, value):
 
 _CLIENT_AUTH = {"none": 0, "optional": 1, "required": 2}
 # a path the role wrote: absolute, no line break, no space (it goes in argv and in systemd lines)
-_PATH = re.compile(r"^/[A-Za-z0-9._/+@:-]*$")
+_PATH = re.compile(r"^/[A-Za-z0-9._/+@:-]*\Z")
 
 
 def _tls(tls, prefix):
@@ -132,7 +183,7 @@ def _tls(tls, prefix):
                             "the collection's own probes must present a client certificate"
                             % (prefix, prefix, prefix))
     name = tls.get("server_name")
-    if name is not None and not (isinstance(name, str) and re.match(r"^[A-Za-z0-9.-]+$", name)):
+    if name is not None and not (isinstance(name, str) and re.match(r"^[A-Za-z0-9.-]+\Z", name)):
         raise InstanceError("%stls_server_name must be a host name (letters, digits, '.', '-'), "
                             "got %r" % (prefix, name))
     out["options"] = {"ssl_certfile": tls["certfile"], "ssl_keyfile": tls["keyfile"]}
@@ -257,11 +308,15 @@ def build(instances, settings):
         except VllmArgsError as exc:
             raise InstanceError(str(exc))
         warnings.extend(warns)
+        # the installed vLLM's flags (its manifest) for what an abbreviation stands for; the
+        # collection's table without one (render() has warned about a manifest of another version)
+        known = _manifest_flags(settings.get("flag_manifest") or None, parse_version(settings["version"]),
+                                settings["version"], [])
         keys_file = None
         if _bool(settings.get("api_key_rotation")):
             # Several keys at once (a rotation) go in a 0640 root:vllm file read through vLLM's
             # --config, never in argv: the unit and `ps` show only the file's path.
-            if flag_value(argv, "--config") is not None:
+            if flag_value(argv, "--config", known) is not None:
                 raise InstanceError("%s: --config in extra_args cannot be combined with %sapi_keys_previous "
                                     "(vLLM reads one config file, which then holds the keys)" % (where, prefix))
             keys_file = "%s/%s.keys.yaml" % (settings.get("config_dir", "/etc/vllm"), name)
@@ -285,8 +340,8 @@ def build(instances, settings):
             _no_newline("%s (vLLM arguments)" % where, arg)
         headless = role == "worker"
         if ray is not None:
-            tp = _int_or_none(flag_value(argv, "--tensor-parallel-size")) or 1
-            pp = _int_or_none(flag_value(argv, "--pipeline-parallel-size")) or 1
+            tp = _int_or_none(flag_value(argv, "--tensor-parallel-size", known)) or 1
+            pp = _int_or_none(flag_value(argv, "--pipeline-parallel-size", known)) or 1
             if tp * pp != ray["world"]:
                 raise InstanceError(
                     "%s: tensor_parallel_size (%d) x pipeline_parallel_size (%d) in %soptions = %d GPUs, but "
@@ -294,16 +349,19 @@ def build(instances, settings):
                     "for the rest, then fail" % (where, tp, pp, prefix, tp * pp, ray["world"], prefix))
 
         # What vLLM really runs with: the last --flag wins, extra_args included.
-        port = _int_or_none(flag_value(argv, "--port"))
+        port = _int_or_none(flag_value(argv, "--port", known))
         if port is None or not 0 < port < 65536:
             raise InstanceError("%s: --port in extra_args must be an integer from 1 to 65535" % where)
         if port in seen_ports:
             raise InstanceError("%s: port %d is used by another instance" % (where, port))
         seen_ports.add(port)
-        bind = flag_value(argv, "--host")
+        bind = flag_value(argv, "--host", known)
         bind = "" if bind is None else bind
         # a headless worker runs no API server: nothing listens on its port
-        public = not headless and not (bind in LOOPBACK or bind.startswith("127."))
+        # (a --config file of extra_args may set host too, but the command line wins over it:
+        # vLLM inserts the file's flags before the others, FlexibleArgumentParser._pull_args_from_config;
+        # without --host here the instance counts as listening everywhere, whatever the file says)
+        public = not headless and not is_loopback(bind)
         if public and not settings.get("api_key_set") and not settings.get("allow_unauthenticated"):
             raise InstanceError(
                 "%s listens on %s (reachable from other machines) and %sapi_key is empty: "
@@ -311,20 +369,20 @@ def build(instances, settings):
                 "if a proxy in front of it authenticates."
                 % (where, repr(bind) if bind else "every interface (no --host)", prefix, prefix, prefix))
         # https exactly when vLLM gets a certificate (the role's variables or extra_args)
-        https = flag_value(argv, "--ssl-certfile") is not None
+        https = flag_value(argv, "--ssl-certfile", known) is not None
         if tls["options"] and not https:
             raise InstanceError("%s: %stls_cert is set but this vLLM (%s) does not accept "
                                 "--ssl-certfile: it would serve plain HTTP" % (where, prefix, settings["version"]))
-        seqs = _int_or_none(flag_value(argv, "--max-num-seqs"))
+        seqs = _int_or_none(flag_value(argv, "--max-num-seqs", known))
         # a Ray head's vLLM takes no GPU of its own: its workers take the Ray nodes' (counted there)
-        gpus_needed = _gpus_needed(argv) if ray is None else {
+        gpus_needed = _gpus_needed(argv, known) if ray is None else {
             "count": 0, "why": "its workers run on the Ray cluster's GPUs (counted on each Ray node)"}
         # the scheduler settings /metrics does not show, for the gate's diagnosis
-        limits = dict((flag[2:].replace("-", "_"), _int_or_none(flag_value(argv, flag)))
+        limits = dict((flag[2:].replace("-", "_"), _int_or_none(flag_value(argv, flag, known)))
                       for flag in ("--max-num-batched-tokens", "--max-num-active-seqs",
                                    "--max-model-len"))
         limits["max_num_seqs"] = seqs
-        drain = _int_or_none(flag_value(argv, "--shutdown-timeout")) or 0
+        drain = _int_or_none(flag_value(argv, "--shutdown-timeout", known)) or 0
 
         environment = dict(settings.get("environment") or {})
         environment.update(inst.get("environment") or {})

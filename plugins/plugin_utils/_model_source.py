@@ -14,8 +14,8 @@ import re
 __all__ = ["ModelSourceError", "model_source", "lora_sources"]
 
 # a store folder name: it is a path component and goes in argv and in the unit
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_PATH = re.compile(r"^/[A-Za-z0-9._/+@:-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
+_PATH = re.compile(r"^/[A-Za-z0-9._/+@:-]*\Z")
 _KINDS = ("controller", "host", "hub")
 
 
@@ -23,9 +23,9 @@ class ModelSourceError(ValueError):
     """Bad model source settings; the message names the field and what is allowed."""
 
 
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
-_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
-_ENDPOINT = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?\Z")
+_ENDPOINT = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?\Z")
 
 
 def model_source(source, store, var="vllm_server_model_source", hub_cache=None, hub_endpoint=None):

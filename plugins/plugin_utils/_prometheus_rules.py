@@ -26,12 +26,13 @@ SEVERITIES = {
     "engine_down": ("warning", "critical"), "probe_errors": ("warning",),
     "kv_cache_exhausted": ("warning", "critical"), "concurrency_cap": ("warning",),
     "active_seq_cap": ("warning",), "token_budget": ("warning",),
-    "head_of_line_blocking": ("warning",), "admission_stall": ("critical",),
+    "head_of_line_blocking": ("warning",), "scheduler_limit": ("warning",),
+    "admission_stall": ("critical",),
     "deferred_backlog": ("warning",), "deferred_deadlock": ("critical",),
     "admission_rejections": ("warning",), "request_errors": ("warning", "critical"),
     "request_aborts": ("warning",), "invalid_metrics": ("warning",),
     "crash_loop": ("warning", "critical"), "memory_growth": ("warning",),
-    "group_member_lost": ("warning", "critical"),
+    "group_member_lost": ("warning", "critical"), "gpu_unhealthy": ("warning", "critical"),
 }
 ALERT_NAMES = dict((c, "Vllm" + "".join(w.capitalize() for w in c.split("_"))) for c in CAUSE_IDS)
 
@@ -53,9 +54,9 @@ DEFAULTS = {
     "usage_high_for": "15m",        # KV usage at or above kv_usage_high this long warns
     "slo_for": "10m",               # how long a p95 must stay over its SLO
 }
-_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+$")
-_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_JOB = re.compile(r'^[^"\\\n]+$')
+_DURATION = re.compile(r"^([0-9]+(ms|s|m|h|d|w|y))+\Z")
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*\Z")
+_JOB = re.compile(r'^[^"\\\n]+\Z')
 _R = "kvfleet_vllm:"   # recording rules' prefix (level:metric:operations)
 
 
@@ -176,6 +177,12 @@ def _cause_rules(s):
             "and increase(vllm:num_preemptions_total[{st}]) == 0").format(st=stall), "0s")],
         "deferred_backlog": [("warning", "quantile_over_time(0.5, %srequests_waiting_deferred[%s])"
                               " >= 1" % (_R, w), s["for"])],
+        # per GPU, from the monitor's textfile (kvfleet_vllm_gpu_health: 0 healthy, 1 degraded,
+        # 2 unhealthy): an unhealthy reading is a fact (a pending remap, an Xid), not noise, so
+        # it fires at once; a degraded one (heat, a link) must hold for `for`
+        "gpu_unhealthy": [
+            ("critical", 'kvfleet_vllm_gpu_health{job="%s"} == 2' % s["node_job"], "0s"),
+            ("warning", 'kvfleet_vllm_gpu_health{job="%s"} == 1' % s["node_job"], s["for"])],
     }
 
 

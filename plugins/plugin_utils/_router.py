@@ -11,16 +11,45 @@ of a URL it does not have, so the two must build the very same string. Stdlib on
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
-__all__ = ["RouterError", "backend_urls"]
+__all__ = ["RouterError", "backend_urls", "address_ok"]
 
 _ANY = ("", "0.0.0.0", "::", None)
-_LOOPBACK = re.compile(r"^(127\.\d+\.\d+\.\d+|localhost|::1|\[::1\])$")
+# The records come from other hosts (their deployment records, written there): untrusted. What
+# reaches the router's unit (--worker-urls) is an IP literal or a DNS name (letters, digits,
+# '-', '_' for inventory names; labels of 1-63, 253 in all), a port number and an instance name,
+# each matched whole (re.fullmatch): no space, quote, '%', '$' or line break gets into the unit.
+_DNS = re.compile(r"(?=[A-Za-z0-9_.-]{1,253}\Z)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                  r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")   # the server role's instance names (_instances.py)
 
 
 class RouterError(ValueError):
     """Bad backend input; the message names the host, the instance and the field."""
+
+
+def _ip(text):
+    """An IP literal (IPv6 bracketed or not, no zone id) as an ipaddress object, else None."""
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    if "%" in text:
+        return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def address_ok(value):
+    """True for an IP literal or a DNS name, matched whole."""
+    return isinstance(value, str) and (_ip(value) is not None or _DNS.fullmatch(value) is not None)
+
+
+def _loopback(bind):
+    ip = _ip(bind)
+    return bind == "localhost" or (ip is not None and ip.is_loopback)
 
 
 def _host_part(address):
@@ -41,6 +70,9 @@ def backend_urls(records, address, host="", same_host=False):
         if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
             raise RouterError("%s: an instance record is not a dict with a name: %r" % (host, rec))
         name = rec["name"]
+        if not _NAME.fullmatch(name):
+            raise RouterError("%s: an instance record's name is not an instance name (lower-case letters, "
+                              "digits, '-', '_'; got %r)" % (host, name))
         port = rec.get("port")
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise RouterError("%s: instance %s has no valid port (got %r)" % (host, name, port))
@@ -54,7 +86,14 @@ def backend_urls(records, address, host="", same_host=False):
                 raise RouterError("%s: no address to reach instance %s at (vllm_router_backend_address, "
                                   "ansible_host or the inventory name)" % (host, name))
             where = address.strip()
-        elif _LOOPBACK.match(str(bind)):
+            if not address_ok(where):
+                raise RouterError("%s: the address to reach instance %s at (vllm_router_backend_address, "
+                                  "ansible_host or the inventory name) is not an IP address or a DNS name: %r"
+                                  % (host, name, address))
+        elif not address_ok(bind):
+            raise RouterError("%s: instance %s: its record's bind is not an IP address or a DNS name: %r"
+                              % (host, name, bind))
+        elif _loopback(bind):
             if not same_host:
                 raise RouterError("%s: instance %s listens on %s only: a router on another host cannot "
                                   "reach it (bind it to the host's address, with an API key)"

@@ -42,7 +42,7 @@ SINCE = {
     # `ray` among its values: vllm/config/parallel.py, DistributedExecutorBackend, 0.32.0)
     "--distributed-executor-backend": (0, 8, 0),
 }
-_ADDRESS = re.compile(r"^[A-Za-z0-9.:-]+$")
+_ADDRESS = re.compile(r"^[A-Za-z0-9.:-]+\Z")
 _KEYS = ("size", "size_local", "start_rank", "address", "rpc_port")
 
 

@@ -26,7 +26,7 @@ class VllmArgsError(ValueError):
 
 def parse_version(version):
     """'0.32.0+cpu' -> (0, 32, 0). Raises ValueError for anything else."""
-    match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[+.-].*)?$", str(version).strip())
+    match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[+.-].*)?\Z", str(version).strip())
     if not match:
         raise ValueError("not a vLLM version")
     return tuple(int(p) for p in match.groups() if p is not None)
@@ -114,7 +114,7 @@ def _lora_rank(value, version, _dev):
     return str(value), None
 
 
-_LORA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_LORA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 
 
 def _lora_modules(value, _ver, _dev):
@@ -133,7 +133,7 @@ def _lora_modules(value, _ver, _dev):
         if not isinstance(name, str) or not _LORA_NAME.match(name):
             return None, ("an adapter name must be 1-100 letters, digits, '.', '_' or '-', got %r"
                           % (name,))
-        if not isinstance(path, str) or not re.match(r"^/[A-Za-z0-9._/+@:-]*$", path):
+        if not isinstance(path, str) or not re.match(r"^/[A-Za-z0-9._/+@:-]*\Z", path):
             return None, "the path of adapter %s must be an absolute path without spaces or commas" % name
         out.append("%s=%s" % (name, path))
     return out, None

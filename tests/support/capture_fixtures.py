@@ -863,6 +863,132 @@ def cond_lora_deferred():
         srv.cleanup()
 
 
+# canary analysis: two servers under the same load, sampled side by side (canary, baseline)
+CANARY_LOAD = (600, 12, 150, 100)   # per server: requests, at a time, prompt words, max tokens
+CANARY_PAIRS = (
+    # pair, canary server, description
+    ("canary-same", dict(kv_bytes=8 * MIB, max_num_seqs=16),
+     "canary and baseline with the same flags (8 MiB KV, --max-num-seqs 16) under the same load"),
+    ("canary-idle", None,
+     "the same two servers; the load goes to the baseline only (a canary not in the load balancer)"),
+    ("canary-small-kv", dict(kv_bytes=2 * MIB, max_num_seqs=16),
+     "canary with a 2 MiB KV cache (64 blocks) beside the 8 MiB baseline, the same load on each"),
+    ("canary-low-seqs", dict(kv_bytes=8 * MIB, max_num_seqs=4),
+     "canary with --max-num-seqs 4 beside the --max-num-seqs 16 baseline, the same load on each"),
+)
+
+
+def _canary_window(pair, canary, baseline, description, loaded, samples=20, interval=1.0):
+    """One pair's window: the same load on each server in `loaded`, both sampled every
+    `interval` s on one clock, canary first. Returns the manifest entries of both sides."""
+    load = dict(zip(("requests", "concurrency", "prompt_words", "max_tokens"), CANARY_LOAD))
+    load["servers"] = "canary and baseline, one load process each" if len(loaded) == 2 \
+        else "baseline only"
+    sides = {"canary": Window(canary, pair + "-canary", description, load),
+             "baseline": Window(baseline, pair + "-baseline", description, load)}
+    loads = [Load(srv.url, *CANARY_LOAD) for srv in loaded]
+    try:
+        # until every loaded server runs requests, then 2 s more for the queues to settle
+        deadline = time.time() + 60
+        while time.time() < deadline and not all(
+                _gauge(probe(s.url, "/metrics")[1], "vllm:num_requests_running") > 0 for s in loaded):
+            time.sleep(0.5)
+        time.sleep(2)
+        t0 = time.time()
+        for w in sides.values():
+            w.t0 = t0
+        for i in range(samples):
+            time.sleep(max(0.0, t0 + i * interval - time.time()))
+            sides["canary"].sample()
+            sides["baseline"].sample()
+    finally:
+        for running in loads:
+            running.cancel()
+    what = ("%d requests per loaded server (%s), %d at a time, %d prompt words, %d max tokens, "
+            "ignore_eos; the load processes were cancelled after the last sample"
+            % (CANARY_LOAD[0], load["servers"], CANARY_LOAD[1], CANARY_LOAD[2], CANARY_LOAD[3]))
+    out = {}
+    for side, w in sides.items():
+        peer = "baseline" if side == "canary" else "canary"
+        out.update(w.entries(what, {"pair": pair, "side": side, "peer": pair + "-" + peer}))
+    return out
+
+
+def _gauge(text, name):
+    """The sum of a gauge's series in a /metrics text (0 when absent)."""
+    total = 0.0
+    for line in (text or "").splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _healthy(srv, timeout=240):
+    """Whether a launched server answers /health within `timeout` s (it started beside another)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and srv.proc.poll() is None:
+        if srv.health() == 200:
+            return True
+        time.sleep(1)
+    return False
+
+
+def _port_except(taken):
+    for p in range(PORTS[0], PORTS[1] + 1):
+        if p == taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+            return p
+    raise RuntimeError("no free port in %d-%d" % PORTS)
+
+
+def _wait_idle(srv, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        text = probe(srv.url, "/metrics")[1]
+        if _gauge(text, "vllm:num_requests_running") + _gauge(text, "vllm:num_requests_waiting") == 0:
+            return
+        time.sleep(0.5)
+
+
+def cond_canary_pairs():
+    """Every canary pair, with at most two servers at a time: the baseline stays up, each
+    canary is started after the previous one was stopped."""
+    entries = {}
+    baseline = Server(kv_bytes=8 * MIB, max_num_seqs=16)
+    canary = None
+    try:
+        baseline.launch()
+        for pair, flags, description in CANARY_PAIRS:
+            if flags is not None:
+                if canary is not None:
+                    canary.cleanup()
+                # the baseline has not bound its port yet: never hand the canary the same one
+                canary = Server(port=_port_except(baseline.port), **flags)
+                if not start_or_record(pair, canary):
+                    canary = None
+                    continue
+                if not _healthy(baseline):
+                    record_error("canary-baseline", "the baseline did not start:\n%s" % baseline.log_tail(40))
+                    return entries
+            if canary is None:
+                continue
+            _wait_idle(canary)
+            _wait_idle(baseline)
+            loaded = [canary, baseline] if pair != "canary-idle" else [baseline]
+            entries.update(_canary_window(pair, canary, baseline, description, loaded))
+            print("%s: %d samples" % (pair, len(entries)), flush=True)
+        return entries
+    finally:
+        if canary is not None:
+            canary.cleanup()
+        baseline.cleanup()
+
+
 NEW_CONDITIONS = {
     "long-prefill": cond_long_prefill,
     "long-prefill-queued": cond_long_prefill_queued,
@@ -874,6 +1000,7 @@ NEW_CONDITIONS = {
     "dp2-one-overloaded": cond_dp2_one_overloaded,
     "sleep-mode": cond_sleep_mode,
     "lora-deferred": cond_lora_deferred,
+    "canary-pairs": cond_canary_pairs,
 }
 
 

@@ -5,11 +5,12 @@
 """kvfleet-vllm: the collection's probe and diagnosis, as a command on managed hosts.
 
 The roles ship this file with the collection's own module_utils (_prom, _vllm_metrics, _latency,
-_probe, _diagnosis, _trends, _textfile) next to it, so systemd units (restart guard, monitor,
+_probe, _diagnosis, _trends, _textfile, _nvml) next to it, so systemd units (restart guard, monitor,
 health wait) use the same parser and rules as the modules. Standard library only.
 
   kvfleet-vllm wait-healthy --unit vllm-main.service --url http://127.0.0.1:8000 [--timeout 900]
   kvfleet-vllm gate --url URL [--samples 3] [--interval 2] [--max-num-seqs N]   (JSON on stdout)
+                   [--gpus 0,1 [--venv DIR]]     (with those GPUs' NVML health)
   kvfleet-vllm restart-guard --config /etc/kvfleet/restart.json   (scheduled restart, drain-aware)
   kvfleet-vllm monitor --config /etc/kvfleet/monitor.json         (one monitor round: history + textfile)
   kvfleet-vllm trends --config /etc/kvfleet/monitor.json          (trends from the history, JSON)
@@ -38,6 +39,7 @@ import http.client
 import json
 import os
 import re
+import shlex
 import socket
 import ssl
 import subprocess
@@ -53,7 +55,9 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (  #
     head_links, local_engines, process_tree)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (  # noqa: E402
     window as latency_window)
-from ansible_collections.kvfleet.vllm.plugins.module_utils._nvml import process_memory  # noqa: E402
+from ansible_collections.kvfleet.vllm.plugins.module_utils._nvml import (  # noqa: E402
+    HEALTH_VERDICTS, NvmlUnavailable, collect as nvml_collect, gpus_visible, health_findings, judge as gpu_judge,
+    process_memory)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (  # noqa: E402
     LIMITS, MAX_BODY_BYTES, DeadlineExceeded, FetchError, Response, check_encoding, check_range,
     check_url, check_window, read_body, redact_url, redirect_refused, sample as probe_sample,
@@ -247,6 +251,203 @@ def load_nvml(venv=None):
                 module = None
     _NVML["module"] = module
     return module
+
+
+# GPU health (docs/gpu-health.md). NVML delivers the critical Xid events raised while a reading
+# waits for them; the monitor's gpu_xid_wait_ms sets the wait, bounded so that a round stays short.
+GPU_XID_WAIT_MS = 100
+GPU_XID_WAIT_MAX_MS = 5000
+# The monitor's last GPU reading, beside its history (0644): the next round compares NVLink
+# error counters with it, and the restart guard and the watchdog read it where NVML is closed
+# to them (their units have PrivateDevices=true).
+GPU_STATE = "gpu_health.json"
+# a monitor reading older than this says nothing about the GPUs now
+GPU_READING_MAX_AGE = 900
+
+
+def xid_wait_ms(cfg):
+    """The Xid wait of a configuration (the monitor's gpu_xid_wait_ms), within 0..GPU_XID_WAIT_MAX_MS."""
+    value = (cfg or {}).get("gpu_xid_wait_ms", GPU_XID_WAIT_MS)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        value = GPU_XID_WAIT_MS
+    return int(min(max(value, 0), GPU_XID_WAIT_MAX_MS))
+
+
+def _gpu_key(gpu):
+    return gpu.get("uuid") or "index:%s" % gpu.get("index")
+
+
+def read_gpus(venv, wait_ms, previous=None):
+    """The host's GPUs with their health (_nvml.collect's 'gpus'), read through NVML now, or None
+    where NVML cannot be used: no pynvml, no driver (a CPU host), or a unit without the NVIDIA
+    devices. previous: an earlier reading, {uuid: entry}; each GPU is judged again against its
+    entry there, so that NVLink errors count when they grew, not for as long as the driver runs.
+    Never raises: a reading that fails is logged and is None."""
+    nvml = load_nvml(venv)
+    if nvml is None:
+        return None
+    try:
+        gpus = nvml_collect(nvml, xid_wait_ms=wait_ms)["gpus"]
+        for gpu in gpus:
+            old = (previous or {}).get(_gpu_key(gpu))
+            if old:
+                gpu["health"].update(gpu_judge(gpu["health"], previous=old.get("health")))
+        return gpus
+    except NvmlUnavailable:
+        return None
+    except Exception as exc:   # pylint: disable=broad-except  # a reading never fails its caller
+        log(WARNING, "GPU health not read: %s" % scrub("%s: %s" % (type(exc).__name__, exc)))
+        return None
+
+
+def _clean_reason(reason):
+    if not isinstance(reason, dict) or not isinstance(reason.get("id"), str):
+        return None
+    evidence = reason.get("evidence")
+    return {"id": reason["id"], "severity": reason.get("severity") if isinstance(reason.get("severity"), str) else None,
+            "evidence": evidence if isinstance(evidence, dict) else {},
+            "remedy": reason.get("remedy") if isinstance(reason.get("remedy"), str) else ""}
+
+
+def _clean_gpu(gpu):
+    """An entry of a saved reading in the shape health_findings and judge read, or None."""
+    if not isinstance(gpu, dict) or not isinstance(gpu.get("index"), int) or isinstance(gpu.get("index"), bool) \
+            or not isinstance(gpu.get("health"), dict):
+        return None
+    health = gpu["health"]
+    reasons = [r for r in map(_clean_reason, health.get("reasons") if isinstance(health.get("reasons"), list) else [])
+               if r]
+    nvlink = health.get("nvlink")
+    return {"index": gpu["index"], "uuid": gpu.get("uuid") if isinstance(gpu.get("uuid"), str) else None,
+            "name": gpu.get("name") if isinstance(gpu.get("name"), str) else None,
+            "health": {"verdict": health.get("verdict") if health.get("verdict") in HEALTH_VERDICTS else None,
+                       "reasons": reasons,
+                       "nvlink": [e for e in nvlink if isinstance(e, dict)] if isinstance(nvlink, list) else None}}
+
+
+def gpu_state_path(monitor):
+    """Where the monitor keeps its last GPU reading (beside its history), or None."""
+    history = (monitor or {}).get("history")
+    return os.path.join(os.path.dirname(history), GPU_STATE) if isinstance(history, str) and history else None
+
+
+def load_gpu_state(path, now=None, max_age=None):
+    """The monitor's last GPU reading, {'time', 'gpus'}, or None: none, unreadable, or (with
+    max_age) older than max_age seconds or stamped in the future."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError, TypeError, RecursionError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("gpus"), list):
+        return None
+    stamp = data.get("time")
+    if not isinstance(stamp, (int, float)) or isinstance(stamp, bool):
+        return None
+    if max_age is not None and not 0 <= (time.time() if now is None else now) - stamp <= max_age:
+        return None
+    return {"time": stamp, "gpus": [g for g in map(_clean_gpu, data["gpus"]) if g]}
+
+
+def save_gpu_state(path, gpus, now):
+    """The reading the next round (NVLink growth), the guard and the watchdog read: each GPU's
+    index, uuid, name and health (its processes and memory are no part of it)."""
+    kept = [dict((k, g.get(k)) for k in ("index", "uuid", "name", "health")) for g in gpus]
+    _atomic_write(path, json.dumps({"time": round(now, 3), "gpus": kept}, sort_keys=True) + "\n")
+
+
+def visible_devices(inst):
+    """An instance's CUDA_VISIBLE_DEVICES: the record's cuda_visible_devices where it has one,
+    else the Environment= of its unit (the server role's unit sets it there), else None: every
+    GPU of the host, as CUDA sees them without the variable."""
+    value = inst.get("cuda_visible_devices")
+    if isinstance(value, str):
+        return value
+    try:
+        out = subprocess.run(["systemctl", "show", "-p", "Environment", inst["unit"]],
+                             capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return None
+    for line in out.splitlines():
+        if not line.startswith("Environment="):
+            continue
+        try:
+            words = shlex.split(line[len("Environment="):])
+        except ValueError:
+            words = line[len("Environment="):].split()
+        for word in words:
+            if word.startswith("CUDA_VISIBLE_DEVICES="):
+                return word.split("=", 1)[1]
+    return None
+
+
+def instance_gpus(gpus, inst):
+    """The entries of `gpus` that the instance runs on (visible_devices)."""
+    indexes = gpus_visible(visible_devices(inst), gpus)
+    return [g for g in gpus if g["index"] in indexes]
+
+
+def gpu_summary(gpus):
+    """What a history or action line keeps of each GPU: index, uuid, verdict, reason ids."""
+    return [{"index": g["index"], "uuid": g.get("uuid"), "verdict": (g.get("health") or {}).get("verdict"),
+             "reason_ids": [r["id"] for r in (g.get("health") or {}).get("reasons") or []]} for g in gpus]
+
+
+def decision_gpus(cfg, inst):
+    """The GPUs an instance runs on, with their health, for a restart decision: (gpus, source).
+    This process's own NVML reading first; where NVML is closed to it, the monitor's last reading
+    (cfg's monitor_config) if it is recent. (None, None) where neither says anything."""
+    monitor = {}
+    path = cfg.get("monitor_config")
+    if isinstance(path, str) and os.path.exists(path):
+        try:
+            monitor = load_config(path)
+        except (OSError, ValueError):
+            monitor = {}
+    gpus, source = read_gpus(inst.get("venv"), xid_wait_ms(monitor)), "read through NVML now"
+    if gpus is None:
+        state = gpu_state_path(monitor)
+        now = time.time()
+        saved = load_gpu_state(state, now, GPU_READING_MAX_AGE) if state else None
+        if saved is None:
+            return None, None
+        gpus, source = saved["gpus"], "as the monitor read it %.0fs ago" % (now - saved["time"])
+    return instance_gpus(gpus, inst), source
+
+
+# the GPUs restart_one held each instance for in this run: the watchdog records them
+_GPU_HOLDS = {}
+
+
+def _unique(items):
+    out = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def hold_for_gpu(cfg, inst, sick, source):
+    """A restart of vLLM does not cure a GPU: instead of restarting, run the drain commands (the
+    pre-restart ones: the load balancer takes the instance out) and say why, in one line. The
+    instance stays drained until a person deals with the GPU. Returns 'gpu-unhealthy', or
+    'drain-failed' when a drain command failed."""
+    unit = inst["unit"]
+    why = "; ".join("GPU %s %s %s (%s)" % (
+        g["index"], g.get("uuid") or "(uuid unknown)", ", ".join(r["id"] for r in g["reasons"]),
+        "; ".join(_unique(r["remedy"] for r in g["reasons"] if r.get("remedy")))) for g in sick)
+    drains = cfg.get("pre_commands", [])
+    log(ERR, "%s: not restarting %s: %s; %s. A restart of vLLM does not cure the GPU: %s" % (
+        unit, inst["name"], why, source,
+        "running the drain (pre-restart) commands, and leaving it drained" if drains else
+        "no drain (pre-restart) commands are configured, so it stays in the load balancer"))
+    _GPU_HOLDS[inst["name"]] = {"gpus": [{"index": g["index"], "uuid": g.get("uuid"), "verdict": g["verdict"],
+                                          "reason_ids": [r["id"] for r in g["reasons"]]} for g in sick],
+                                "source": source}
+    if not _hooks(drains, inst, "drain (pre-restart)"):
+        log(ERR, "%s: the drain commands failed: %s is neither restarted nor drained" % (unit, inst["name"]))
+        return "drain-failed"
+    return "gpu-unhealthy"
 
 
 def seconds_since_start(state, now=None):
@@ -530,16 +731,17 @@ def take(url, api_key=None, timeout=10, tls=None):
 
 
 def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, timeout=10,
-             limits=None, tls=None, observe=None):
+             limits=None, tls=None, observe=None, gpu_health=None):
     """The gate as cache_gate runs it: a window, extended while it looks like a stall or an
-    outage until decided. observe(): read beside each sample (a serving group head's links)."""
+    outage until decided. observe(): read beside each sample (a serving group head's links).
+    gpu_health: the GPUs the server runs on with their health (gpu_unhealthy), None unread."""
     error = (check_range("samples", samples) or check_range("interval", interval)
              or check_window(samples, interval) or check_range("timeout", timeout))
     if error:
         raise ValueError(error)
 
     def judge(snaps):
-        return diagnose(add_rates(snaps), max_num_seqs=max_num_seqs, limits=limits)
+        return diagnose(add_rates(snaps), max_num_seqs=max_num_seqs, limits=limits, gpu_health=gpu_health)
 
     snaps, result, extended = sample_until_decided(
         make_fetcher(url, timeout, api_key, tls=tls), url, samples, interval, judge, observe=observe)
@@ -552,10 +754,17 @@ def run_gate(url, samples=3, interval=2.0, max_num_seqs=None, api_key=None, time
 
 
 def gate(args):
-    """Print the gate result as JSON; exit 0 healthy, 1 degraded, 2 unhealthy."""
+    """Print the gate result as JSON; exit 0 healthy, 1 degraded, 2 unhealthy. With --gpus, the
+    health of those GPUs (read through NVML where it can be) joins the diagnosis."""
+    gpus = None
+    if getattr(args, "gpus", None) is not None:
+        host_gpus = read_gpus(getattr(args, "venv", None), GPU_XID_WAIT_MS)
+        visible = None if args.gpus.strip() in ("", "all") else args.gpus
+        gpus = [g for g in host_gpus if g["index"] in gpus_visible(visible, host_gpus)] if host_gpus else None
     try:
         result = run_gate(args.url, args.samples, args.interval, args.max_num_seqs,
-                          os.environ.get("VLLM_API_KEY"), args.probe_timeout, tls=cli_tls(args))
+                          os.environ.get("VLLM_API_KEY"), args.probe_timeout, tls=cli_tls(args),
+                          gpu_health=gpus)
     except OSError as exc:  # unreadable CA or client certificate: say which, no traceback
         print(scrub("%s: %s" % (type(exc).__name__, exc)), file=sys.stderr)
         return 2
@@ -745,7 +954,9 @@ def monitor_memory_growth(cfg, inst):
 
 
 def restart_one(cfg, inst):
-    """Restart one instance the drain-aware way. Returns 'skipped', 'restarted' or 'failed'."""
+    """Restart one instance the drain-aware way. Returns 'skipped', 'restarted' or 'failed'; in
+    modes when_degraded and watchdog, 'gpu-unhealthy' or 'drain-failed' for an instance on an
+    unhealthy GPU, which it drains instead of restarting (hold_for_gpu)."""
     unit = inst["unit"]
     state = unit_state(unit)
     # systemctl restart would start it: a unit stopped on purpose stays stopped ("failed" is not
@@ -774,12 +985,16 @@ def restart_one(cfg, inst):
         log(INFO, "%s: not restarting: the engine is sleeping (vllm:engine_sleep_state); the "
             "guard never restarts a sleeping engine" % unit)
         return "skipped"
+    # the GPUs it runs on: a restart does not cure an unhealthy one (hold_for_gpu)
+    gpus, gpu_source = decision_gpus(cfg, inst)
+    sick = health_findings(gpus, verdicts=("unhealthy",)) if gpus else []
     if cfg.get("mode") == "when_degraded":
         result = run_gate(inst["url"], cfg.get("gate_samples", 3), cfg.get("gate_interval", 2),
                           inst.get("max_num_seqs"), os.environ.get("VLLM_API_KEY"),
                           limits=inst.get("limits"), tls=inst.get("tls"),
                           observe=lambda: head_links(unit_state, unit, inst.get("port"), inst.get("group"),
-                                                     inst.get("group_local_engines")))
+                                                     inst.get("group_local_engines")),
+                          gpu_health=gpus)
         found = [c["id"] for c in result["causes"]]
         leaking = monitor_memory_growth(cfg, inst)
         if leaking:
@@ -790,10 +1005,20 @@ def restart_one(cfg, inst):
             log(INFO, "%s: not restarting: verdict %s, causes %s; a restart cures only %s"
                 % (unit, result["verdict"], found or "none", ", ".join(cfg.get("causes", []))))
             return "skipped"
+        if sick:
+            return hold_for_gpu(cfg, inst, sick, gpu_source)
         log(WARNING, "%s: restarting: %s found, which a restart cures" % (unit, ", ".join(curing)))
     elif cfg.get("mode") == "watchdog":
+        if sick:
+            return hold_for_gpu(cfg, inst, sick, gpu_source)
         log(WARNING, "%s: watchdog restart: %s" % (unit, cfg.get("reason", "?")))
     else:
+        # the operator's schedule, not a cure this program chose: it goes ahead, and says so
+        if sick:
+            log(WARNING, "%s: scheduled restart although %s (%s); a restart does not cure it" % (
+                unit, "; ".join("GPU %s %s is unhealthy: %s" % (g["index"], g.get("uuid") or "(uuid unknown)",
+                                                              ", ".join(r["id"] for r in g["reasons"]))
+                                for g in sick), gpu_source))
         log(INFO, "%s: scheduled restart (mode always)" % unit)
     if not _hooks(cfg.get("pre_commands", []), inst, "pre-restart"):
         log(ERR, "%s: not restarted, the pre-restart commands failed" % unit)
@@ -846,7 +1071,7 @@ def restart_guard(args):
         if outcomes[unit] == "failed":
             break  # never take a second instance down after one failed to come back
     log(INFO, "restart guard: %s" % ", ".join("%s %s" % kv for kv in sorted(outcomes.items())))
-    return 1 if "failed" in outcomes.values() else 0
+    return 1 if "failed" in outcomes.values() or "drain-failed" in outcomes.values() else 0
 
 
 def _read_history(path, limit_bytes=4 * 1024 * 1024):
@@ -930,9 +1155,12 @@ def trends_report(args):
     return 0
 
 
-def _sample_one(cfg, inst, history, window):
-    """Sample and diagnose one instance: (history line, textfile result, log level, log text)."""
+def _sample_one(cfg, inst, history, window, gpus=None):
+    """Sample and diagnose one instance: (history line, textfile result, log level, log text).
+    gpus: this round's GPU reading of the host (None: no NVML); the instance's own GPUs join its
+    diagnosis (gpu_unhealthy) and its history line (gpu_summary)."""
     past = [h for h in history if h.get("instance") == inst["name"]]
+    mine = instance_gpus(gpus, inst) if gpus is not None else None
     now = take(inst["url"], os.environ.get("VLLM_API_KEY"), tls=inst.get("tls"))
     # systemd's count of restarts nobody asked for: the monitor's crash_loop evidence
     state = unit_state(inst["unit"]) if inst.get("unit") else {}
@@ -950,7 +1178,7 @@ def _sample_one(cfg, inst, history, window):
     # memory_growth reads the whole history tail this round read (hours of samples), not the window
     diagnosis = diagnose(recent, max_num_seqs=inst.get("max_num_seqs"), limits=inst.get("limits"),
                          unit_points=past[-(window - 1):] + [now], memory_points=past + [now],
-                         memory_settings=cfg.get("memory"))
+                         memory_settings=cfg.get("memory"), gpu_health=mine)
     # quantiles over the same window as the diagnosis, from the histograms' bucket counts that
     # each history line keeps (a restart inside it gives None with the reason)
     now["latency"] = latency_window(recent)
@@ -958,6 +1186,8 @@ def _sample_one(cfg, inst, history, window):
     line = dict(now, instance=inst["name"], verdict=diagnosis["verdict"],
                 state=diagnosis["state"], cause_ids=[c["id"] for c in diagnosis["causes"]],
                 trend_ids=sorted(t for t, v in found_trends.items() if v))
+    if mine is not None:
+        line["gpus"] = gpu_summary(mine)
     result = {"instance": inst["name"], "snapshot": None if now.get("error") else now,
               "diagnosis": diagnosis, "trends": found_trends, "sustained": sustained,
               "time": now["time"]}
@@ -997,9 +1227,11 @@ def sample(args):
     history = _read_history(history_path)
     window = max(2, int(cfg.get("window", 3)))
     results, new_lines = [], []
-    for inst in load_instances(cfg):
+    instances = load_instances(cfg)
+    gpus = sample_gpus(cfg, instances)
+    for inst in instances:
         try:
-            line, result, level, text = _sample_one(cfg, inst, history, window)
+            line, result, level, text = _sample_one(cfg, inst, history, window, gpus)
         except Exception as exc:  # one instance must never stop the round for the others
             line, result, level, text = _sample_failed(inst, exc)
         new_lines.append(line)
@@ -1016,11 +1248,62 @@ def sample(args):
     os.chmod(history_path, 0o644)
     if cfg.get("textfile"):
         os.makedirs(os.path.dirname(cfg["textfile"]), exist_ok=True)
-        _atomic_write(cfg["textfile"], render(results))
+        _atomic_write(cfg["textfile"], render(results, gpus=gpus))
     return 0
 
 
+def sample_gpus(cfg, instances):
+    """The monitor round's GPU reading, or None without NVML (a CPU host: nothing is recorded).
+    Judged against the last round's reading (NVLink error growth), which it then replaces; each
+    degraded or unhealthy GPU gets a journal line. Never fails the round."""
+    venv = next((i.get("venv") for i in instances if isinstance(i, dict)), None)
+    path = gpu_state_path(cfg)
+    previous = load_gpu_state(path) if path else None
+    gpus = read_gpus(venv, xid_wait_ms(cfg), dict((_gpu_key(g), g) for g in previous["gpus"]) if previous else None)
+    if gpus is None:
+        return None
+    for finding in health_findings(gpus):
+        log(ERR if finding["verdict"] == "unhealthy" else WARNING, finding["text"])
+    if path:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            save_gpu_state(path, gpus, time.time())
+        except OSError as exc:
+            log(WARNING, "cannot keep the GPU reading in %s: %s" % (path, exc))
+    return gpus
+
+
 DAY = 24 * 3600
+
+
+def own_memory_point(inst):
+    """This run's own reading of an instance's memory (root reads /proc and NVML), as a line of
+    the watchdog's own record: {'instance', 'time', 'unit_memory'}; None for a unit not loaded."""
+    state = unit_state(inst["unit"]) if inst.get("unit") else {}
+    if not state.get("ActiveState"):
+        return None
+    return {"instance": inst["name"], "time": round(time.time(), 3),
+            "unit_memory": unit_memory(state, nvml=load_nvml(inst.get("venv")))}
+
+
+def fresh_causes(cfg, monitor, inst, wanted, memory_points):
+    """The causes among `wanted` that this process finds itself, now: a gate window of its own
+    (as the guard's when_degraded takes it) for the causes a sample shows, and memory_growth
+    over the watchdog's own memory record (`memory_points`, root's readings). The monitor's
+    history is written by its unprivileged user: it says where to look, never what to do."""
+    found = set()
+    if any(c != "memory_growth" for c in wanted):
+        unit = inst.get("unit")
+        result = run_gate(inst["url"], cfg.get("gate_samples", 3), cfg.get("gate_interval", 2),
+                          inst.get("max_num_seqs"), os.environ.get("VLLM_API_KEY"),
+                          limits=inst.get("limits"), tls=inst.get("tls"),
+                          observe=lambda: head_links(unit_state, unit, inst.get("port"), inst.get("group"),
+                                                     inst.get("group_local_engines")),
+                          gpu_health=decision_gpus(cfg, inst)[0])
+        found.update(c["id"] for c in result["causes"])
+    if "memory_growth" in wanted and memory_growth(memory_points, monitor.get("memory")):
+        found.add("memory_growth")
+    return found & set(wanted)
 
 
 def watchdog(args):
@@ -1030,13 +1313,25 @@ def watchdog(args):
     instance per `for_seconds`. restart_one leaves a stopped, sleeping or just-started unit
     alone. Each decision goes to the journal and, as a line {'instance', 'time', 'outcome',
     'causes'}, to the watchdog's own history beside its state (the monitor's history belongs to
-    the monitor's unprivileged user; this runs as root without capabilities, so it only reads it)."""
+    the monitor's unprivileged user; this runs as root without capabilities, so it only reads it).
+
+    That history is the unprivileged user's word: it never restarts anything alone. Before a
+    restart this process samples the instance itself (fresh_causes) and acts on the causes it
+    confirms; memory_growth is judged on the watchdog's own memory record, read each run.
+
+    An instance on an unhealthy GPU is never restarted (a restart does not cure the GPU):
+    restart_one runs the drain commands instead and the line records outcome 'gpu-unhealthy'
+    (or 'drain-failed') with the GPUs and their reason ids."""
     cfg = load_config(args.config)
     monitor = load_config(cfg["monitor_config"])
     history = _read_history(monitor["history"])
     state_path = cfg["state"]
     actions_path = os.path.join(os.path.dirname(state_path), "actions.jsonl")
+    memory_path = os.path.join(os.path.dirname(state_path), "memory.jsonl")
     acted = _read_history(actions_path)
+    own_memory, new_memory = [], []
+    if "memory_growth" in cfg.get("causes", []):
+        own_memory = _read_history(memory_path)
     now = time.time()
     try:
         with open(state_path) as f:
@@ -1048,6 +1343,10 @@ def watchdog(args):
     for inst in load_instances(cfg):
         if not isinstance(inst, dict) or "url" not in inst:
             continue
+        if "memory_growth" in cfg.get("causes", []):
+            point = own_memory_point(inst)
+            if point:
+                new_memory.append(point)
         samples = [h for h in history if h.get("instance") == inst["name"]]
         found = persisting_causes(samples, now, cfg.get("causes", []), for_seconds)
         if not found:
@@ -1064,16 +1363,33 @@ def watchdog(args):
             outcome = "rate-limited"
         else:
             try:
-                outcome = restart_one(dict(cfg, mode="watchdog", reason=what + " (a restart cures it)"), inst)
+                mine = [p for p in own_memory + new_memory if p.get("instance") == inst["name"]]
+                confirmed = fresh_causes(cfg, monitor, inst, sorted(found), mine)
+                if not confirmed:
+                    log(INFO, "%s: watchdog: not restarting: the monitor's history names %s, but this "
+                        "run's own sample does not confirm it" % (inst["unit"], what))
+                    outcome = "unconfirmed"
+                else:
+                    what = ", ".join("%s for %.0fs" % kv for kv in sorted(found.items()) if kv[0] in confirmed)
+                    outcome = restart_one(dict(cfg, mode="watchdog", reason=what + " (a restart cures it)"), inst)
             except Exception as exc:  # reported as this instance's failure, never a traceback
                 log(ERR, "%s: watchdog failed: %s" % (inst["unit"], scrub("%s: %s" % (type(exc).__name__, exc))))
                 outcome = "failed"
             if outcome in ("restarted", "failed"):
                 done.append(now)
-        actions.append({"instance": inst["name"], "time": round(time.time(), 3), "outcome": outcome,
-                        "causes": found})
+        action = {"instance": inst["name"], "time": round(time.time(), 3), "outcome": outcome, "causes": found}
+        if outcome in ("gpu-unhealthy", "drain-failed") and inst["name"] in _GPU_HOLDS:
+            # not restarted, drained: which GPU and why (the journal line says what to do)
+            action.update(_GPU_HOLDS[inst["name"]])
+        actions.append(action)
         if outcome in ("restarted", "failed"):
             break  # one restart a run: the next round sees what it did
+    if new_memory:
+        os.makedirs(os.path.dirname(state_path), exist_ok=True)
+        _rotate(memory_path, 4 * 1024 * 1024, 1)
+        with open(memory_path, "a") as f:
+            for line in new_memory:
+                f.write(json.dumps(line, sort_keys=True) + "\n")
     if actions:
         os.makedirs(os.path.dirname(state_path), exist_ok=True)
         _atomic_write(state_path, json.dumps({"restarts": done}) + "\n")
@@ -1081,7 +1397,7 @@ def watchdog(args):
         with open(actions_path, "a") as f:
             for line in actions:
                 f.write(json.dumps(line, sort_keys=True) + "\n")
-    return 1 if any(a["outcome"] == "failed" for a in actions) else 0
+    return 1 if any(a["outcome"] in ("failed", "drain-failed") for a in actions) else 0
 
 
 def _number(name, rule, kind=float):
@@ -1156,6 +1472,10 @@ def main(argv=None):
     p.add_argument("--interval", type=_number("--interval", LIMITS["interval"]), default=2)
     p.add_argument("--max-num-seqs", type=_number("--max-num-seqs", (1, True, 2 ** 31, "1 or more"), int))
     p.add_argument("--probe-timeout", type=_number("--probe-timeout", LIMITS["timeout"]), default=10)
+    p.add_argument("--gpus", metavar="DEVICES",
+                   help="the server's GPUs as CUDA_VISIBLE_DEVICES names them ('all' for every GPU): "
+                   "their NVML health joins the diagnosis (gpu_unhealthy)")
+    p.add_argument("--venv", help="--gpus: the vLLM venv whose pynvml to use where the system has none")
     _add_tls_options(p)
     p.set_defaults(func=gate)
     p = sub.add_parser("restart-guard", help="drain-aware restart of this host's instances")

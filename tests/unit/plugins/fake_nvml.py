@@ -1,4 +1,10 @@
-"""A stand-in for the pynvml module with the calls gpu_info uses (nvidia-ml-py 12.x API)."""
+"""A stand-in for the pynvml module with the calls gpu_info uses.
+
+Names, signatures, return shapes, error codes and constants are those of pynvml.py in
+nvidia-ml-py 13.615.71. A GPU dict without a health key answers that call NotSupported, as NVML
+does on a GPU without the feature; ``healthy_gpu`` builds an H100 whose every health field reads
+healthy. ``OldFakeNvml`` is a release from before the clock "event" names (throttle names only,
+no nvmlDeviceGetTemperatureV)."""
 
 from __future__ import annotations
 
@@ -10,21 +16,109 @@ Proc = namedtuple("Proc", "pid usedGpuMemory")
 
 
 class NVMLError(Exception):
-    pass
+    value = 999   # NVML_ERROR_UNKNOWN
 
 
 class NVMLError_NotSupported(NVMLError):
-    pass
+    value = 3
 
 
 class NVMLError_DriverNotLoaded(NVMLError):
+    value = 9
+
     def __str__(self):
         return "Driver Not Loaded"
 
 
+class NVMLError_Timeout(NVMLError):
+    value = 10
+
+
+class NVMLError_FunctionNotFound(NVMLError):
+    value = 13
+
+
+class NVMLError_GpuIsLost(NVMLError):
+    value = 15
+
+
+class NVMLError_ResetRequired(NVMLError):
+    value = 16
+
+
+class Histogram(object):
+    """c_nvmlRowRemapperHistogramValues: max, high, partial, low, none (banks by spare rows left)."""
+
+    def __init__(self, **banks):
+        for name in ("max", "high", "partial", "low", "none"):
+            setattr(self, name, banks.pop(name, 64 if name == "max" else 0))
+        assert not banks, banks
+
+
+EventData = namedtuple("EventData", "device eventType eventData gpuInstanceId computeInstanceId")
+
+# pynvml.py 13.615.71 values
+XID_EVENT = 0x8          # nvmlEventTypeXidCriticalError
+HW_SLOWDOWN = 0x8        # nvmlClocksEventReasonHwSlowdown
+GPU_IDLE = 0x1           # nvmlClocksEventReasonGpuIdle
+SW_POWER_CAP = 0x4       # nvmlClocksEventReasonSwPowerCap
+HW_THERMAL = 0x40        # nvmlClocksEventReasonHwThermalSlowdown
+
+
+def healthy_gpu(**overrides):
+    """An H100 SXM whose every health field NVML reads and finds healthy (idle, 18 NVLinks)."""
+    gpu = dict(name="NVIDIA H100 80GB HBM3", uuid="GPU-hhhh", mem=Memory(85899345920, 80000000000, 5899345920),
+               util=Util(0, 0), cc=(9, 0), pm=1, compute=[], graphics=[],
+               ecc_mode=[1, 1],
+               # (error type, counter type) -> count: corrected 0 / uncorrected 1; volatile 0 / aggregate 1
+               ecc={(0, 0): 3, (1, 0): 0, (0, 1): 12, (1, 1): 0},
+               retired={0: [], 1: []}, retired_pending=0,
+               remapped=(0, 0, 0, 0), histogram=Histogram(),
+               clocks=GPU_IDLE,
+               # idle: the link dropped to gen 1 to save power, its width stays
+               pcie=dict(gen=1, width=16, max_gen=5, max_width=16, gpu_max_gen=5),
+               nvlink=dict((link, {"state": 1, "counters": {0: 0, 1: 0, 2: 0, 3: 0, 4: 0}}) for link in range(18)),
+               temp=34, thresholds={0: 92, 1: 87},
+               events=[], supported_events=0x8 | 0x1 | 0x2)
+    gpu.update(overrides)
+    return gpu
+
+
 class FakeNvml(object):
     NVMLError = NVMLError
+    NVML_FEATURE_DISABLED = 0
     NVML_FEATURE_ENABLED = 1
+    NVML_ERROR_TIMEOUT = 10
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13
+    NVML_ERROR_GPU_IS_LOST = 15
+    NVML_ERROR_RESET_REQUIRED = 16
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+    NVML_AGGREGATE_ECC = 1
+    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+    NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
+    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
+    NVML_TEMPERATURE_GPU = 0
+    NVML_NVLINK_MAX_LINKS = 36
+    NVML_NVLINK_ERROR_DL_REPLAY = 0
+    NVML_NVLINK_ERROR_DL_RECOVERY = 1
+    NVML_NVLINK_ERROR_DL_CRC_FLIT = 2
+    NVML_NVLINK_ERROR_DL_CRC_DATA = 3
+    NVML_NVLINK_ERROR_DL_ECC_DATA = 4
+    nvmlEventTypeXidCriticalError = 0x8
+    nvmlClocksEventReasonGpuIdle = 0x1
+    nvmlClocksEventReasonApplicationsClocksSetting = 0x2
+    nvmlClocksEventReasonSwPowerCap = 0x4
+    nvmlClocksEventReasonHwSlowdown = 0x8
+    nvmlClocksEventReasonSyncBoost = 0x10
+    nvmlClocksEventReasonSwThermalSlowdown = 0x20
+    nvmlClocksEventReasonHwThermalSlowdown = 0x40
+    nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
+    nvmlClocksEventReasonDisplayClockSetting = 0x100
+    nvmlClocksThrottleReasonBoardLimit = 0x200
+    nvmlClocksThrottleReasonReliability = 0x400
 
     def __init__(self, gpus=None, init_error=None, cuda=12040):
         self.gpus = gpus if gpus is not None else [
@@ -38,9 +132,20 @@ class FakeNvml(object):
         self.init_error = init_error
         self.cuda = cuda
         self.shutdown_called = False
+        self.lost = set()          # indexes of GPUs fallen off the bus
+        self.event_sets = []       # [{'handles': [...], 'freed': bool}]
+        self.waits = []            # the timeouts nvmlEventSetWait was called with
+
+    def _gpu(self, handle):
+        if handle in self.lost:
+            raise NVMLError_GpuIsLost()
+        return self.gpus[handle]
 
     def _get(self, handle, key):
-        value = self.gpus[handle][key]
+        gpu = self._gpu(handle)
+        if key not in gpu:
+            raise NVMLError_NotSupported()
+        value = gpu[key]
         if isinstance(value, Exception):
             raise value
         return value
@@ -65,7 +170,12 @@ class FakeNvml(object):
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index):
+        if index in self.lost:
+            raise NVMLError_GpuIsLost()
         return index
+
+    def nvmlDeviceGetIndex(self, h):
+        return h
 
     def nvmlDeviceGetName(self, h):
         return self._get(h, "name")
@@ -90,3 +200,135 @@ class FakeNvml(object):
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, h):
         return self._get(h, "graphics")
+
+    # ---- health (pynvml.py 13.615.71 signatures)
+    def nvmlDeviceGetEccMode(self, h):
+        return self._get(h, "ecc_mode")
+
+    def nvmlDeviceGetTotalEccErrors(self, h, errorType, counterType):
+        counts = self._get(h, "ecc")
+        if (errorType, counterType) not in counts:
+            raise NVMLError_NotSupported()
+        return counts[(errorType, counterType)]
+
+    def nvmlDeviceGetRetiredPages(self, h, sourceFilter):
+        pages = self._get(h, "retired")
+        if isinstance(pages, Exception):
+            raise pages
+        return list(pages[sourceFilter])
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
+        return self._get(h, "retired_pending")
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        return self._get(h, "remapped")
+
+    def nvmlDeviceGetRowRemapperHistogram(self, h):
+        return self._get(h, "histogram")
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self._get(h, "clocks")
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return self._get(h, "clocks")
+
+    def _pcie(self, h, key):
+        pcie = self._get(h, "pcie")
+        if pcie.get(key) is None:
+            raise NVMLError_NotSupported()
+        return pcie[key]
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return self._pcie(h, "gen")
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self._pcie(h, "width")
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return self._pcie(h, "max_gen")
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return self._pcie(h, "max_width")
+
+    def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, h):
+        return self._pcie(h, "gpu_max_gen")
+
+    def _link(self, h, link):
+        links = self._get(h, "nvlink")
+        if link not in links:
+            raise NVMLError_NotSupported()
+        return links[link]
+
+    def nvmlDeviceGetNvLinkState(self, device, link):
+        return self._link(device, link)["state"]
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, device, link, counter):
+        counters = self._link(device, link)["counters"]
+        if counter not in counters:
+            raise NVMLError_NotSupported()
+        return counters[counter]
+
+    def nvmlDeviceGetTemperatureV(self, handle, sensor, version=0x100000C):
+        assert sensor == self.NVML_TEMPERATURE_GPU
+        return self._get(handle, "temp")
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        assert sensor == self.NVML_TEMPERATURE_GPU
+        return self._get(handle, "temp")
+
+    def nvmlDeviceGetTemperatureThreshold(self, handle, threshold):
+        thresholds = self._get(handle, "thresholds")
+        if threshold not in thresholds:
+            raise NVMLError_NotSupported()
+        return thresholds[threshold]
+
+    # ---- events: a GPU's 'events' (Xid numbers) arrive on the first waits after registration
+    def nvmlDeviceGetSupportedEventTypes(self, h):
+        return self._get(h, "supported_events")
+
+    def nvmlEventSetCreate(self):
+        self.event_sets.append({"handles": [], "freed": False})
+        return len(self.event_sets) - 1
+
+    def nvmlDeviceRegisterEvents(self, handle, eventTypes, eventSet):
+        if not self._get(handle, "supported_events") & eventTypes:
+            raise NVMLError_NotSupported()
+        self.event_sets[eventSet]["handles"].append(handle)
+
+    def nvmlEventSetWait(self, eventSet, timeoutms):
+        self.waits.append(timeoutms)
+        for handle in self.event_sets[eventSet]["handles"]:
+            pending = self.gpus[handle].get("events") or []
+            if pending:
+                xid = pending.pop(0)
+                return EventData(handle, self.nvmlEventTypeXidCriticalError, xid, 0xFFFFFFFF, 0xFFFFFFFF)
+        raise NVMLError_Timeout()
+
+    def nvmlEventSetFree(self, eventSet):
+        self.event_sets[eventSet]["freed"] = True
+
+
+class OldFakeNvml(FakeNvml):
+    """nvidia-ml-py before 12.535: throttle names only, no TemperatureV."""
+
+    def __getattribute__(self, name):
+        if name.startswith("nvmlClocksEventReason") or name in (
+                "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTemperatureV"):
+            raise AttributeError(name)
+        return object.__getattribute__(self, name)
+
+    nvmlClocksThrottleReasonGpuIdle = 0x1
+    nvmlClocksThrottleReasonSwPowerCap = 0x4
+    nvmlClocksThrottleReasonHwSlowdown = 0x8
+    nvmlClocksThrottleReasonSwThermalSlowdown = 0x20
+    nvmlClocksThrottleReasonHwThermalSlowdown = 0x40
+
+
+class OldDriverFakeNvml(FakeNvml):
+    """nvidia-ml-py 13 on a driver without the newer entry points: NVML_ERROR_FUNCTION_NOT_FOUND."""
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        raise NVMLError_FunctionNotFound()
+
+    def nvmlDeviceGetTemperatureV(self, handle, sensor, version=0x100000C):
+        raise NVMLError_FunctionNotFound()

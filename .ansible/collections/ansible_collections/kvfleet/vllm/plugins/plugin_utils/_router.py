@@ -1,0 +1,105 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The URLs a router reaches a host's vLLM instances at (docs/router.md).
+
+One definition for the router role (its --worker-urls) and for the deploy's drain and undrain
+(the URLs it removes from and adds to a running router): vllm-router answers 200 to the removal
+of a URL it does not have, so the two must build the very same string. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+__all__ = ["RouterError", "backend_urls", "address_ok"]
+
+_ANY = ("", "0.0.0.0", "::", None)
+# The records come from other hosts (their deployment records, written there): untrusted. What
+# reaches the router's unit (--worker-urls) is an IP literal or a DNS name (letters, digits,
+# '-', '_' for inventory names; labels of 1-63, 253 in all), a port number and an instance name,
+# each matched whole (re.fullmatch): no space, quote, '%', '$' or line break gets into the unit.
+_DNS = re.compile(r"(?=[A-Za-z0-9_.-]{1,253}\Z)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                  r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")   # the server role's instance names (_instances.py)
+
+
+class RouterError(ValueError):
+    """Bad backend input; the message names the host, the instance and the field."""
+
+
+def _ip(text):
+    """An IP literal (IPv6 bracketed or not, no zone id) as an ipaddress object, else None."""
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    if "%" in text:
+        return None
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+def address_ok(value):
+    """True for an IP literal or a DNS name, matched whole."""
+    return isinstance(value, str) and (_ip(value) is not None or _DNS.fullmatch(value) is not None)
+
+
+def _loopback(bind):
+    ip = _ip(bind)
+    return bind == "localhost" or (ip is not None and ip.is_loopback)
+
+
+def _host_part(address):
+    return "[%s]" % address if ":" in address and not address.startswith("[") else address
+
+
+def backend_urls(records, address, host="", same_host=False):
+    """One URL per instance record (the server role's deployment record: name, port, bind, url,
+    tls). An instance bound to one address is reached there; one bound to every address at
+    `address` (the host's address as the router sees it). TLS instances are refused: vllm-router
+    0.1.17 has no option for a CA or a client certificate. A loopback-bound instance is reachable
+    only from a router on the same host (`same_host`)."""
+    if not isinstance(records, list) or not records:
+        raise RouterError("%s: no vLLM instances (its deployment record or the server role's "
+                          "instance model lists none)" % host)
+    urls = []
+    for rec in records:
+        if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
+            raise RouterError("%s: an instance record is not a dict with a name: %r" % (host, rec))
+        name = rec["name"]
+        if not _NAME.fullmatch(name):
+            raise RouterError("%s: an instance record's name is not an instance name (lower-case letters, "
+                              "digits, '-', '_'; got %r)" % (host, name))
+        port = rec.get("port")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise RouterError("%s: instance %s has no valid port (got %r)" % (host, name, port))
+        if rec.get("tls") or str(rec.get("url", "")).startswith("https:"):
+            raise RouterError(
+                "%s: instance %s serves TLS; vllm-router 0.1.17 cannot verify a backend's certificate "
+                "authority or present a client certificate, so it cannot route to it" % (host, name))
+        bind = rec.get("bind")
+        if bind in _ANY:
+            if not isinstance(address, str) or not address.strip():
+                raise RouterError("%s: no address to reach instance %s at (vllm_router_backend_address, "
+                                  "ansible_host or the inventory name)" % (host, name))
+            where = address.strip()
+            if not address_ok(where):
+                raise RouterError("%s: the address to reach instance %s at (vllm_router_backend_address, "
+                                  "ansible_host or the inventory name) is not an IP address or a DNS name: %r"
+                                  % (host, name, address))
+        elif not address_ok(bind):
+            raise RouterError("%s: instance %s: its record's bind is not an IP address or a DNS name: %r"
+                              % (host, name, bind))
+        elif _loopback(bind):
+            if not same_host:
+                raise RouterError("%s: instance %s listens on %s only: a router on another host cannot "
+                                  "reach it (bind it to the host's address, with an API key)"
+                                  % (host, name, bind))
+            where = "127.0.0.1" if bind == "localhost" else str(bind).strip("[]")
+        else:
+            where = str(bind)
+        urls.append("http://%s:%d" % (_host_part(where), port))
+    return urls

@@ -1,0 +1,556 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: canary_analysis
+short_description: Judge a vLLM canary against a baseline under the same load
+version_added: 0.4.0
+description:
+  - Samples the O(canary) servers and the O(baseline) servers at the same time for O(duration)
+    seconds, every O(interval) seconds, and says whether the canary is worse than the baseline. RV(verdict) is C(pass),
+    C(fail) or C(inconclusive), RV(reason) one sentence with the numbers, and RV(checks) has one
+    entry per metric.
+  - A critical cause of the diagnosis on a canary server (the causes of
+    M(kvfleet.vllm.cache_gate), such as an engine that is down, a KV cache exhausted with
+    preemptions, request errors or an admission stall) fails the canary at once, whatever its
+    request count; sampling stops as soon as a canary window proves one.
+  - A canary that finished fewer than O(min_requests) requests in the window, and shows no
+    critical cause, is C(inconclusive); the reason says how many requests each side finished.
+  - Otherwise the window's numbers are compared, each normalised per request (or per running
+    sequence) so that a canary that gets less traffic than each baseline server is judged
+    fairly. The metrics are the error ratio, preemptions per finished request, KV cache usage per running sequence,
+    queue time, time to first token (TTFT), inter-token latency (ITL) and end-to-end latency at
+    p50 and p95, and generated tokens per second per running sequence. Counters and histograms
+    are read as the difference between each server's first and last sample; the baseline
+    servers are pooled (their counts added up, their histogram buckets added up before the
+    quantile is taken, as Prometheus' C(histogram_quantile) over C(sum by (le))).
+  - A check fails when the canary is worse than the pooled baseline by more than the larger of
+    its relative and its absolute tolerance (O(thresholds)) and, when each side has at least
+    O(thresholds.min_intervals) per-interval values (one per server and interval, such as that
+    interval's TTFT p95 from its bucket counts), a one-sided Mann-Whitney U test (normal
+    approximation with tie and continuity corrections; the test Kayenta's canary judge uses) finds the
+    canary's values larger (smaller, for throughput) at level O(thresholds.alpha). With fewer
+    values the tolerance alone decides.
+  - A baseline server that is itself unhealthy (a critical cause) is left out of the pool, so an
+    unhealthy baseline never fails a healthy canary. With no baseline, no healthy baseline
+    server, or a pool that finished fewer than O(min_requests) requests, the canary is checked
+    against absolute limits instead (the C(*_max) and C(*_min) O(thresholds)); a metric without
+    such a limit is C(skipped).
+  - docs/canary-analysis.md has what is compared and why, the defaults, how to size
+    O(duration) to the traffic, and worked examples from real captures.
+author:
+  - kvfleet maintainers (@kvfleet)
+extends_documentation_fragment:
+  - kvfleet.vllm.connection.transport
+  - kvfleet.vllm.attributes.info_module
+options:
+  canary:
+    description:
+      - The servers of the canary (the new version or flags), judged together.
+      - The TLS and timeout options apply to every server of both lists.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: The server's name, returned as is (such as the instance name); unique among
+          O(canary) and O(baseline).
+        type: str
+        required: true
+      url:
+        description:
+          - The server's base URL, as M(kvfleet.vllm.cache_gate)'s O(kvfleet.vllm.cache_gate#module:url)
+            (C(http://) or C(https://), no path, query or fragment; C(user:password@) is used
+            and never shown).
+        type: str
+        required: true
+      host:
+        description: The inventory host the server belongs to, returned as is.
+        type: str
+      api_key:
+        description: API key for this server, sent as a bearer token.
+        type: str
+      max_num_seqs:
+        description: The server's C(--max-num-seqs), for its diagnosis (as cache_gate's).
+        type: int
+      max_num_batched_tokens:
+        description: The server's C(--max-num-batched-tokens), for its diagnosis.
+        type: int
+      max_num_active_seqs:
+        description: The server's C(--max-num-active-seqs), for its diagnosis.
+        type: int
+      max_model_len:
+        description: The server's C(--max-model-len), for its diagnosis's advice.
+        type: int
+  baseline:
+    description:
+      - The servers that keep the current version or flags, under the same load balancer as the
+        canary. Their windows are pooled.
+      - May be empty; then the absolute limits of O(thresholds) apply.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: As O(canary[].name).
+        type: str
+        required: true
+      url:
+        description: As O(canary[].url).
+        type: str
+        required: true
+      host:
+        description: As O(canary[].host).
+        type: str
+      api_key:
+        description: As O(canary[].api_key).
+        type: str
+      max_num_seqs:
+        description: As O(canary[].max_num_seqs).
+        type: int
+      max_num_batched_tokens:
+        description: As O(canary[].max_num_batched_tokens).
+        type: int
+      max_num_active_seqs:
+        description: As O(canary[].max_num_active_seqs).
+        type: int
+      max_model_len:
+        description: As O(canary[].max_model_len).
+        type: int
+  duration:
+    description:
+      - Seconds of the window, from the first sample to the last, at least O(interval) and at
+        most 3600. The canary must finish O(min_requests) requests in it.
+      - A window that looks like a stall or an outage of a server is extended for that server
+        until it is decided (as M(kvfleet.vllm.cache_gate) does).
+    type: float
+    default: 60
+  interval:
+    description:
+      - Seconds between two samples of a server, more than 0 and at most 3600. Each interval
+        gives one value per server to the statistical test.
+    type: float
+    default: 5
+  min_requests:
+    description:
+      - Requests the canary must finish in the window (all its servers together) before a
+        comparison may pass or fail it, 0 or more. Fewer, and no critical cause, is
+        C(inconclusive).
+      - Also the fewest requests the pooled baseline must finish for the comparison; fewer, and
+        the absolute limits apply.
+    type: int
+    default: 20
+  thresholds:
+    description:
+      - Limits of the comparison. A limit left out takes its default (the one copy of them is in
+        the collection's C(_canary) module). Tolerances are in the metric's unit (a share, a
+        count per request, seconds, tokens per second); relative ones are a share of the
+        baseline's value.
+      - The limit of a check is the baseline's value plus the larger of C(<metric>_relative) x
+        the baseline's value and C(<metric>_absolute) (minus, for C(gen_tokens_per_seq)).
+      - The diagnosis that finds critical causes keeps its own defaults (as cache_gate's).
+    type: dict
+    default: {}
+    suboptions:
+      alpha:
+        description: Level of the one-sided Mann-Whitney U test, between 0 and 1. Default 0.05.
+        type: float
+      min_intervals:
+        description: Fewest per-interval values on each side for the test, 2 or more; fewer and the
+          tolerance alone decides. Default 5.
+        type: int
+      error_ratio_relative:
+        description: Relative tolerance of the error ratio (errors per finished request). Default 0.5.
+        type: float
+      error_ratio_absolute:
+        description: Absolute tolerance of the error ratio. Default 0.01.
+        type: float
+      preemptions_per_request_relative:
+        description: Relative tolerance of the preemptions per finished request. Default 0.5.
+        type: float
+      preemptions_per_request_absolute:
+        description: Absolute tolerance of the preemptions per finished request. Default 0.05.
+        type: float
+      kv_usage_relative:
+        description: Relative tolerance of the KV cache usage per running sequence (the mean over
+          the samples with a running sequence of usage / running). Default 0.5.
+        type: float
+      kv_usage_absolute:
+        description: Absolute tolerance of the KV cache usage per running sequence. Default 0.02.
+        type: float
+      queue_time_relative:
+        description: Relative tolerance of the queue time (p50 and p95). Default 0.5.
+        type: float
+      queue_time_absolute:
+        description: Absolute tolerance of the queue time, in seconds. Default 0.05.
+        type: float
+      ttft_relative:
+        description: Relative tolerance of the time to first token (p50 and p95). Default 0.5.
+        type: float
+      ttft_absolute:
+        description: Absolute tolerance of the time to first token, in seconds. Default 0.05.
+        type: float
+      itl_relative:
+        description: Relative tolerance of the inter-token latency (p50 and p95). Default 0.5.
+        type: float
+      itl_absolute:
+        description: Absolute tolerance of the inter-token latency, in seconds. Default 0.01.
+        type: float
+      e2e_relative:
+        description: Relative tolerance of the end-to-end request latency (p50 and p95). Default 0.5.
+        type: float
+      e2e_absolute:
+        description: Absolute tolerance of the end-to-end request latency, in seconds. Default 0.5.
+        type: float
+      gen_tokens_per_seq_relative:
+        description: Relative tolerance of the generated tokens per second per running sequence
+          (lower is worse). Default 0.5.
+        type: float
+      gen_tokens_per_seq_absolute:
+        description: Absolute tolerance of the generated tokens per second per running sequence.
+          Default 1.0.
+        type: float
+      error_ratio_max:
+        description: Without a baseline, the highest error ratio that passes. Default 0.01.
+        type: float
+      preemptions_per_request_max:
+        description: Without a baseline, the most preemptions per finished request that pass.
+          Default 0.1.
+        type: float
+      kv_usage_max:
+        description: Without a baseline, the highest KV cache usage per running sequence that
+          passes. No limit by default (it depends on the model and the sequence lengths).
+        type: float
+      queue_time_p50_max:
+        description: Without a baseline, the highest queue time p50 (seconds) that passes. No
+          limit by default.
+        type: float
+      queue_time_p95_max:
+        description: Without a baseline, the highest queue time p95 (seconds) that passes.
+          Default 1.0.
+        type: float
+      ttft_p50_max:
+        description: Without a baseline, the highest TTFT p50 (seconds) that passes. No limit by
+          default.
+        type: float
+      ttft_p95_max:
+        description: Without a baseline, the highest TTFT p95 (seconds) that passes. Default 2.0.
+        type: float
+      itl_p50_max:
+        description: Without a baseline, the highest ITL p50 (seconds) that passes. No limit by
+          default.
+        type: float
+      itl_p95_max:
+        description: Without a baseline, the highest ITL p95 (seconds) that passes. Default 0.2.
+        type: float
+      e2e_p50_max:
+        description: Without a baseline, the highest end-to-end latency p50 (seconds) that
+          passes. No limit by default (it depends on the output lengths).
+        type: float
+      e2e_p95_max:
+        description: Without a baseline, the highest end-to-end latency p95 (seconds) that
+          passes. No limit by default.
+        type: float
+      gen_tokens_per_seq_min:
+        description: Without a baseline, the fewest generated tokens per second per running
+          sequence that pass. No limit by default.
+        type: float
+  fail_on:
+    description: Verdicts that fail the task.
+    type: list
+    elements: str
+    choices: [pass, fail, inconclusive]
+    default: [fail]
+notes:
+  - The module only reads C(/metrics), C(/health) and C(/version); it runs in check mode too.
+  - The wall time is about O(duration) (plus an extension for a server that looks stalled or
+    down), or less when a canary server shows a critical cause early.
+  - Compare like with like. The canary and the baseline should serve the same model, with the
+    same data-parallel layout, behind one load balancer; a canary that gets a different mix of
+    requests (longer prompts, other adapters) differs for that reason alone.
+seealso:
+  - module: kvfleet.vllm.cache_gate
+  - module: kvfleet.vllm.metrics_info
+"""
+
+EXAMPLES = r"""
+- name: Judge the canary against two hosts that keep the old version, for two minutes
+  kvfleet.vllm.canary_analysis:
+    canary:
+      - {name: gpu0, host: gpu-03, url: "http://gpu-03.example.net:8000", max_num_seqs: 128}
+    baseline:
+      - {name: gpu0, host: gpu-01, url: "http://gpu-01.example.net:8000", max_num_seqs: 128}
+      - {name: gpu0-b, host: gpu-02, url: "http://gpu-02.example.net:8000", max_num_seqs: 128}
+    duration: 120
+    interval: 5
+  delegate_to: localhost
+  run_once: true
+  register: canary
+
+- name: Say why
+  ansible.builtin.debug:
+    msg: "{{ canary.verdict }}: {{ canary.reason }}"
+
+- name: Stricter on latency, and stop on an inconclusive window too
+  kvfleet.vllm.canary_analysis:
+    canary: [{name: new, url: "https://10.0.0.3:8000"}]
+    baseline: [{name: old, url: "https://10.0.0.2:8000"}]
+    ca_path: /etc/pki/vllm/ca.pem
+    min_requests: 100
+    fail_on: [fail, inconclusive]
+    thresholds:
+      ttft_relative: 0.2
+      itl_relative: 0.2
+
+- name: No baseline yet; the absolute limits apply
+  kvfleet.vllm.canary_analysis:
+    canary: [{name: new, url: "http://127.0.0.1:8000"}]
+    duration: 30
+    thresholds:
+      ttft_p95_max: 0.5
+"""
+
+RETURN = r"""
+verdict:
+  description: C(pass), C(fail) or C(inconclusive) (too few canary requests to judge, or no check
+    could be made).
+  returned: always
+  type: str
+  sample: fail
+reason:
+  description: One sentence with the numbers that decided the verdict.
+  returned: always
+  type: str
+  sample: "The canary (52 requests) fails preemptions_per_request: 0.808, above the limit 0.05
+    (baseline 0); ... against the baseline (1 target(s) pooled, 61 requests)."
+msg:
+  description: The same as RV(reason).
+  returned: always
+  type: str
+checks:
+  description: One entry per metric, in a fixed order. Empty of results (C(skipped)) where a side
+    had no value for it.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    metric:
+      description: C(error_ratio), C(preemptions_per_request), C(kv_usage) (per running
+        sequence), C(queue_time_p50), C(queue_time_p95), C(ttft_p50), C(ttft_p95), C(itl_p50),
+        C(itl_p95), C(e2e_p50), C(e2e_p95) (seconds) or C(gen_tokens_per_seq) (tokens per
+        second per running sequence).
+      type: str
+    canary:
+      description: The canary's value over the window (its servers pooled), or null.
+      type: float
+    baseline:
+      description: The pooled baseline's value, or null (absolute limits, or no value).
+      type: float
+    limit:
+      description: The value the canary may reach (at least, for C(gen_tokens_per_seq)), or null.
+      type: float
+    result:
+      description: C(pass), C(fail) or C(skipped).
+      type: str
+    why:
+      description: The numbers of the check in words.
+      type: str
+    test:
+      description: C(mann_whitney_u) when the test was run (only for a canary beyond the
+        tolerance with enough values), else null.
+      type: str
+    p_value:
+      description: The test's one-sided p-value, or null.
+      type: float
+requests:
+  description: Requests finished in the window (vLLM's C(request_success) counter, every finish
+    reason), per side; the baseline's counts every baseline server with a window, pooled or not.
+  returned: always
+  type: dict
+  sample: {"canary": 52, "baseline": 61}
+causes:
+  description: The canary servers' causes in the window, from the same diagnosis as
+    M(kvfleet.vllm.cache_gate) (C(id), C(severity), C(evidence), C(advice)), each with its
+    C(target) (the server's name).
+  returned: always
+  type: list
+  elements: dict
+mode:
+  description: C(baseline) (compared with the pooled baseline) or C(absolute) (against the
+    absolute limits, the reason says why).
+  returned: always
+  type: str
+targets:
+  description: Every server with its C(side), C(verdict) (its diagnosis), C(requests) (finished in
+    its window, null without a window), C(pooled) (whether its window counted) and C(why) (why
+    not).
+  returned: always
+  type: list
+  elements: dict
+samples:
+  description: The normalised snapshots of each server (as M(kvfleet.vllm.cache_gate) returns
+    them, without the raw histogram counts), by side and server name.
+  returned: always
+  type: dict
+  sample: {"canary": {"gpu0": []}, "baseline": {"gpu0": []}}
+thresholds:
+  description: The thresholds in force (the defaults with O(thresholds) over them).
+  returned: always
+  type: dict
+window_seconds:
+  description: Seconds between the first and the last sample of the longest server window.
+  returned: always
+  type: float
+"""
+
+import threading
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import analyse, check_thresholds
+from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
+    DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, VERDICTS)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import add_rates, diagnose
+from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
+    CONNECTION_ARGS, check_connection_params, make_fetcher)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import (
+    TargetWindow, check_target_limits, run_windows, target_limits, target_options)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
+    MAX_WINDOW_SECONDS, check_range, scrub)
+
+# requests in flight at once, at most: every server of a canary analysis is sampled at once
+MAX_CONCURRENCY = 64
+SIDES = ("canary", "baseline")
+
+
+def _check(module):
+    """Fail, naming the option, before any request is sent."""
+    p = module.params
+    if not p["canary"]:
+        module.fail_json(msg="canary must list at least one server")
+    error = check_range("interval", p["interval"], (0, False, MAX_WINDOW_SECONDS, "more than 0 seconds"))
+    if not error and not (isinstance(p["duration"], (int, float)) and p["interval"] <= p["duration"]
+                          <= MAX_WINDOW_SECONDS):
+        error = ("duration must be at least interval (%s) and at most %d seconds, got %r"
+                 % (p["interval"], MAX_WINDOW_SECONDS, p["duration"]))
+    if not error and _samples(p) > 1000:
+        error = ("duration / interval gives %d samples per server, more than 1000: raise interval"
+                 % _samples(p))
+    if not error and p["min_requests"] < 0:
+        error = "min_requests must be 0 or more, got %s" % p["min_requests"]
+    error = error or check_thresholds(_thresholds(p))
+    for side in SIDES:
+        error = error or check_target_limits(p[side], side)
+    names = [t["name"] for side in SIDES for t in p[side]]
+    twice = sorted(set(n for n in names if names.count(n) > 1))
+    if not error and twice:
+        error = ("every server needs its own name in canary and baseline; used more than once: %s"
+                 % ", ".join(twice))
+    if error:
+        module.fail_json(msg=error)
+
+
+def _samples(p):
+    # a little slack: 60 / 0.1 is 599.99... in floating point
+    return int(p["duration"] / p["interval"] + 1e-9) + 1
+
+
+def _thresholds(p):
+    return dict((k, v) for k, v in (p["thresholds"] or {}).items() if v is not None)
+
+
+def _failed(error):
+    """The diagnosis of a server whose window ended on an unexpected error (as cache_gate's)."""
+    text = scrub("%s: %s" % (type(error).__name__, error))
+    return {"verdict": "unhealthy", "state": None, "pending": [], "causes": [{
+        "id": "engine_down", "severity": "critical", "evidence": {"error": text},
+        "advice": "The analysis could not sample this server: %s" % text}]}
+
+
+def _judge(limits):
+    return lambda snaps: diagnose(add_rates(snaps), limits=limits)
+
+
+def _proves_critical(limits, stop):
+    """watch() of a canary window: stop every window once this one proves a critical cause
+    (decided, not pending), as the verdict would then be fail whatever comes after."""
+    def watch(window):
+        if len(window.snaps) < 2 or stop.is_set():
+            return
+        result = diagnose(add_rates([dict(s) for s in window.snaps]), limits=limits)
+        if not result["pending"] and any(c["severity"] == "critical" for c in result["causes"]):
+            stop.set()
+    return watch
+
+
+def _analysis(module):
+    p = module.params
+    stop = threading.Event()
+    windows = []
+    for side in SIDES:
+        for target in p[side]:
+            limits = target_limits({}, target)
+            windows.append((side, target, TargetWindow(
+                target, lambda t: make_fetcher(module, t), _samples(p), p["interval"], _judge(limits),
+                extend=True, watch=_proves_critical(limits, stop) if side == "canary" else None,
+                stop=stop)))
+    run_windows([w for unused, unused2, w in windows], min(len(windows), MAX_CONCURRENCY),
+                stop=stop, name="kvfleet-canary")
+    sides = dict((side, []) for side in SIDES)
+    for side, target, w in windows:
+        diagnosis = _failed(w.error) if w.error is not None else w.result
+        sides[side].append({"name": target["name"], "samples": w.snaps, "diagnosis": diagnosis,
+                            "limits": target_limits({}, target)})
+    result = analyse(sides["canary"], sides["baseline"], min_requests=p["min_requests"],
+                     thresholds=_thresholds(p))
+    for side, target, w in windows:
+        for entry in result["targets"]:
+            if entry["name"] == target["name"]:
+                entry.update(host=target.get("host"), url=w.url, seconds=w.seconds,
+                             extended_seconds=w.extended)
+    samples = dict((side, {}) for side in SIDES)
+    for side, target, w in windows:
+        for snap in w.snaps:
+            snap.pop("histograms", None)  # raw bucket counts: what the checks were computed from
+        samples[side][target["name"]] = w.snaps
+    result.update(changed=False, msg=result["reason"], samples=samples)
+    result.pop("min_requests", None)
+    return result
+
+
+def main():
+    transport = dict((k, v) for k, v in CONNECTION_ARGS.items() if k not in ("url", "api_key"))
+    module = AnsibleModule(
+        argument_spec=dict(
+            transport,
+            canary=dict(type="list", elements="dict", required=True, options=target_options()),
+            baseline=dict(type="list", elements="dict", default=[], options=target_options()),
+            duration=dict(type="float", default=60.0),
+            interval=dict(type="float", default=5.0),
+            min_requests=dict(type="int", default=DEFAULT_MIN_REQUESTS),
+            # no defaults here: _canary fills what is left out from DEFAULT_THRESHOLDS
+            # numbers, not secrets ("tokens" in a name reads as one to the sanity test)
+            thresholds=dict(type="dict", default={}, options=dict(
+                (name, dict(type="int" if name == "min_intervals" else "float", no_log=False))
+                for name in DEFAULT_THRESHOLDS)),
+            fail_on=dict(type="list", elements="str", choices=list(VERDICTS), default=["fail"]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    check_connection_params(module, [("%s[%d].url" % (side, i), t["url"])
+                                     for side in SIDES for i, t in enumerate(p[side] or [])])
+    _check(module)
+    out = _analysis(module)
+    if out["verdict"] in p["fail_on"]:
+        module.fail_json(**out)
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""canary_analysis through the ansible CLI against real vLLM 0.32 CPU servers on loopback.
+
+The session's idle server (8 MiB KV, --max-num-seqs 16) is the baseline. The canaries: a server
+with the same flags (for the first two tests), then one whose 2 MiB KV cache (64 blocks) is too
+small for the load; one canary runs at a time, so that at most two engines share the cores.
+Every loaded server gets the same load (the same Load, one process per server: 12 requests at a
+time of 150 prompt words and 100 tokens, as the canary-* captures of tests/fixtures/metrics).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conftest import MIB, requests_in, run_module
+from vllm_server import Load, VllmServer
+
+LOAD = (600, 12, 150, 100)   # requests, at a time, prompt words, max tokens: per server
+WINDOW = {"duration": 8, "interval": 1}
+
+
+class Canaries(object):
+    """canaries.get("same") (8 MiB, --max-num-seqs 16) or get("small") (2 MiB): started on first
+    use, the other one stopped first."""
+
+    FLAGS = {"same": dict(kv_bytes=8 * MIB, max_num_seqs=16), "small": dict(kv_bytes=2 * MIB, max_num_seqs=16)}
+
+    def __init__(self):
+        self.kind, self.srv = None, None
+
+    def get(self, kind):
+        if kind != self.kind:
+            self.close()
+            self.srv, self.kind = VllmServer(**self.FLAGS[kind]).start(), kind
+        return self.srv
+
+    def close(self):
+        if self.srv is not None:
+            self.srv.cleanup()
+        self.kind, self.srv = None, None
+
+
+@pytest.fixture(scope="module")
+def canaries():
+    servers = Canaries()
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+def idle(srv, timeout=60):
+    """Wait until an earlier test's load has left the server (vLLM aborts what its clients drop)."""
+    deadline = time.time() + timeout
+    while requests_in(srv, "running") + requests_in(srv, "waiting") > 0:
+        if time.time() > deadline:
+            raise AssertionError("%s was still busy %ss before this test's load" % (srv.url, timeout))
+        time.sleep(0.5)
+
+
+def same_load(servers, timeout=60):
+    """The same load on each server, once each runs requests; the caller cancels the loads."""
+    for srv in servers:
+        idle(srv)
+    loads = [Load(srv.url, *LOAD) for srv in servers]
+    deadline = time.time() + timeout
+    while not all(requests_in(srv, "running") >= 1 for srv in servers):
+        if time.time() > deadline:
+            for load in loads:
+                load.cancel()
+            raise AssertionError("no request running %ss after the loads started" % timeout)
+        time.sleep(0.5)
+    return loads
+
+
+def analyse(canary, baseline, **extra):
+    args = dict(WINDOW, canary=[{"name": "canary", "url": canary.url, "max_num_seqs": 16}],
+                baseline=[{"name": "baseline", "url": baseline.url, "max_num_seqs": 16}], **extra)
+    return run_module("canary_analysis", args, timed=True)
+
+
+def test_the_same_flags_pass(canaries, idle_server):
+    loads = same_load([canaries.get("same"), idle_server])
+    try:
+        failed, result, seconds = analyse(canaries.get("same"), idle_server)
+    finally:
+        for load in loads:
+            load.cancel()
+    assert not failed, result.get("reason") or result
+    assert result["verdict"] == "pass", result["reason"]
+    assert result["mode"] == "baseline" and result["causes"] == []
+    assert result["requests"]["canary"] >= 20 and result["requests"]["baseline"] >= 20
+    print("same flags: %s (%.1fs with the ansible CLI)" % (result["reason"], seconds))
+
+
+def test_no_traffic_to_the_canary_is_inconclusive(canaries, idle_server):
+    idle(canaries.get("same"))
+    loads = same_load([idle_server])
+    try:
+        failed, result, seconds = analyse(canaries.get("same"), idle_server)
+    finally:
+        for load in loads:
+            load.cancel()
+    assert not failed and result["verdict"] == "inconclusive", result.get("reason") or result
+    assert result["requests"]["canary"] == 0 and result["requests"]["baseline"] >= 20
+    assert "not back in the load balancer?" in result["reason"]
+    print("no traffic: %s (%.1fs with the ansible CLI)" % (result["reason"], seconds))
+
+
+def test_a_kv_cache_too_small_fails_naming_the_metric(canaries, idle_server):
+    small = canaries.get("small")
+    loads = same_load([small, idle_server])
+    try:
+        failed, result, seconds = analyse(small, idle_server)
+    finally:
+        for load in loads:
+            load.cancel()
+    assert failed and result["verdict"] == "fail", result.get("reason") or result
+    bad = [c["metric"] for c in result["checks"] if c["result"] == "fail"]
+    assert {"preemptions_per_request", "kv_usage"} & set(bad), result["checks"]
+    assert any(metric in result["reason"] for metric in ("preemptions_per_request", "kv_usage"))
+    assert "kv_cache_exhausted" in [c["id"] for c in result["causes"]]
+    print("small cache: %s (%.1fs with the ansible CLI)" % (result["reason"], seconds))
