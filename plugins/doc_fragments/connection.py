@@ -26,6 +26,12 @@ options:
       - API key, sent in an C(Authorization) header as a bearer token. vLLM only checks it on C(/v1) routes, but a
         proxy in front of the server may check it everywhere.
     type: str
+"""
+
+    # The transport options alone, for a module that reads several servers, each with its own url
+    # and api_key (canary_analysis); modules with one server use both fragments.
+    TRANSPORT = r"""
+options:
   timeout:
     description:
       - Seconds each HTTP request may take in all (connecting, headers and body together), more
@@ -60,7 +66,3 @@ options:
       - PEM private key of O(client_cert).
     type: path
 """
-
-    # The same options without url and api_key, for a module that reads several servers, each
-    # with its own (canary_analysis): cut from the text above, so that the two cannot drift apart.
-    TRANSPORT = "\noptions:\n" + DOCUMENTATION[DOCUMENTATION.index("\n  timeout:\n") + 1:]

@@ -44,6 +44,7 @@ author:
   - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
   - kvfleet.vllm.connection
+  - kvfleet.vllm.connection.transport
   - kvfleet.vllm.attributes.info_module
 options:
   url:

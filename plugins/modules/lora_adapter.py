@@ -26,6 +26,7 @@ author:
   - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
   - kvfleet.vllm.connection
+  - kvfleet.vllm.connection.transport
 attributes:
   check_mode:
     support: full

@@ -21,9 +21,9 @@ description:
     the module fails naming the files; O(path) is left as it was.
   - O(operation=prune) removes revisions of a model folder beyond the O(keep) most recently verified,
     never one listed in O(protect).
-  - The store is inside a folder the service user can write to, and the module runs as root, so
+  - The store is inside a folder the service user can write to, and the module runs as root. So
     O(operation=prune) and O(operation=promote) refuse a O(path) (or O(src)) of which any part is a
-    symbolic link, and O(operation=prune) never follows a link: a revision that is a link is
+    symbolic link, and O(operation=prune) never follows a link. A revision that is a link is
     skipped and reported in RV(skipped), and folders are removed from a descriptor of their
     parent (C(O_NOFOLLOW)), so a link put in place meanwhile stops the removal instead of
     reaching outside the store.

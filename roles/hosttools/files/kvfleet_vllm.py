@@ -37,6 +37,7 @@ import base64
 import hashlib
 import http.client
 import json
+import math
 import os
 import re
 import shlex
@@ -268,7 +269,8 @@ GPU_READING_MAX_AGE = 900
 def xid_wait_ms(cfg):
     """The Xid wait of a configuration (the monitor's gpu_xid_wait_ms), within 0..GPU_XID_WAIT_MAX_MS."""
     value = (cfg or {}).get("gpu_xid_wait_ms", GPU_XID_WAIT_MS)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+    # a NaN is no number of milliseconds either
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
         value = GPU_XID_WAIT_MS
     return int(min(max(value, 0), GPU_XID_WAIT_MAX_MS))
 
@@ -1015,10 +1017,10 @@ def restart_one(cfg, inst):
     else:
         # the operator's schedule, not a cure this program chose: it goes ahead, and says so
         if sick:
-            log(WARNING, "%s: scheduled restart although %s (%s); a restart does not cure it" % (
-                unit, "; ".join("GPU %s %s is unhealthy: %s" % (g["index"], g.get("uuid") or "(uuid unknown)",
-                                                              ", ".join(r["id"] for r in g["reasons"]))
-                                for g in sick), gpu_source))
+            sick_text = "; ".join(
+                "GPU %s %s is unhealthy: %s" % (g["index"], g.get("uuid") or "(uuid unknown)", ", ".join(r["id"] for r in g["reasons"]))
+                for g in sick)
+            log(WARNING, "%s: scheduled restart although %s (%s); a restart does not cure it" % (unit, sick_text, gpu_source))
         log(INFO, "%s: scheduled restart (mode always)" % unit)
     if not _hooks(cfg.get("pre_commands", []), inst, "pre-restart"):
         log(ERR, "%s: not restarted, the pre-restart commands failed" % unit)
