@@ -10,7 +10,8 @@ from ansible_collections.kvfleet.vllm.plugins.filter.vllm_instances import Filte
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import (
     InstanceError, build, flag_value, probe_host)
 
-# The server role's settings as roles/server/vars/main.yml builds them from its defaults.
+# The server role's settings as roles/server/vars/main.yml builds them from its defaults, with
+# preemption_mode set as for an old vLLM (a flag 0.32 no longer has).
 SETTINGS = dict(version="0.32.0", device="cpu", port=8000, config_dir="/etc/vllm",
                 api_key_set=False, allow_unauthenticated=False, environment={}, extra_args=[],
                 var_prefix="vllm_server_",
@@ -45,7 +46,7 @@ def test_defaults_give_loopback_unit_url_cap_drain_and_record():
                               "limits": {"max_num_seqs": 4, "max_model_len": 1024,
                                          "max_num_batched_tokens": None,
                                          "max_num_active_seqs": None}}
-    assert "--preemption-mode" not in inst["argv"]   # dropped for 0.32 (with a warning)
+    assert "--preemption-mode" not in inst["argv"]   # the old-version opt-in, dropped for 0.32 (with a warning)
 
 
 def test_a_server_bound_to_one_address_is_probed_there():
