@@ -63,7 +63,7 @@ case "${1:-up}" in
     say "4/5 ansible-playbook kvfleet.vllm.deploy (installs vLLM CPU, starts it, warms up, gates): a canary, then the rest"
     # the scenario deploys all three at once to save test time; extra vars beat its import vars
     molecule_fleet converge -- -e '{"vllm_deploy_serial": [1, "100%"]}'
-    say "5/5 ansible-playbook kvfleet.vllm.diagnose"
+    say "5/5 node3 under a bounded load at its cap, then ansible-playbook kvfleet.vllm.diagnose"
     molecule_fleet side-effect
     say "report: $KVFLEET_DEMO_REPORT/kvfleet-vllm-diagnosis.html (and .json)"
     say "try: . tests/hosts/env.sh && podman exec kvfleet-node1 kvfleet-vllm gate --url http://10.88.0.61:8000"

@@ -74,7 +74,12 @@ _value:
         engines x tensor x pipeline parallel size), for the GPU preflight.
       type: dict
     cuda_visible_devices: {description: The GPUs it sees (empty for all)., type: str}
-    environment: {description: Extra environment variables., type: dict}
+    environment_keys:
+      description: >-
+        The names of its extra environment variables (sorted), never their values: Ansible prints a
+        loop's whole item with -v. The values come from P(kvfleet.vllm.vllm_instance_environments#filter).
+      type: list
+      elements: str
     env_file: {description: Its 0600 environment file., type: str}
     record: {description: What the deployment record keeps of it (read by the host program and playbooks)., type: dict}
     headless: {description: "A serving group's worker: no API server, no URL (C(url) is null); the record lists heads only.", type: bool}
@@ -83,7 +88,7 @@ _value:
     ray:
       description: >-
         A Ray group's head: its cluster (role, address, port, node_address, gpus, world); its argv ends
-        with C(--distributed-executor-backend ray) and its environment has C(RAY_ADDRESS). Null otherwise.
+        with C(--distributed-executor-backend ray) and its environment has C(RAY_ADDRESS) (in C(environment_keys)). Null otherwise.
       type: dict
     ray_node:
       description: >-

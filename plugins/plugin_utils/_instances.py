@@ -19,7 +19,7 @@ from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import (
     EXTRA_FLAGS, OPTIONS, VllmArgsError, _manifest_flags, parse_version, render)
 
-__all__ = ["InstanceError", "build", "flag_value", "is_loopback", "probe_host"]
+__all__ = ["InstanceError", "build", "environments", "flag_value", "is_loopback", "probe_host"]
 
 # Binding these (or giving no --host, vLLM's default) listens on every interface.
 ANY = ("", "0.0.0.0", "::")
@@ -33,6 +33,7 @@ _UNSET = ("", None)
 
 class InstanceError(ValueError):
     """Bad instance settings; the message names the variable, the instance and what is allowed."""
+
 
 
 def _gpus_needed(argv, flags=None):
@@ -149,6 +150,21 @@ def _no_newline(where, value):
                             "systemd unit or environment file)" % where)
 
 
+def _environment(settings, inst, where, extra=None):
+    """The instance's environment: the shared one, its own over it, then `extra` where unset.
+    Checked (names, no line break) without echoing a value: values may be secrets."""
+    environment = dict(settings.get("environment") or {})
+    environment.update(inst.get("environment") or {})
+    for key, value in (extra or {}).items():
+        environment.setdefault(key, value)
+    for key, value in environment.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise InstanceError("%s.environment: %r is not a valid variable name "
+                                "(letters, digits and '_', not starting with a digit)" % (where, key))
+        _no_newline("%s.environment.%s" % (where, key), value)
+    return environment
+
+
 _CLIENT_AUTH = {"none": 0, "optional": 1, "required": 2}
 # a path the role wrote: absolute, no line break, no space (it goes in argv and in systemd lines)
 _PATH = re.compile(r"^/[A-Za-z0-9._/+@:-]*\Z")
@@ -208,8 +224,7 @@ def _ray_node_instance(inst, name, where, settings):
     for arg in argv:
         _no_newline("%s (ray start arguments)" % where, arg)
     ray = inst["ray_node"]
-    environment = dict(settings.get("environment") or {})
-    environment.update(inst.get("environment") or {})
+    environment = _environment(settings, inst, where)
     unit = "vllm-%s.service" % name
     env_file = "%s/%s.env" % (settings.get("config_dir", "/etc/vllm"), name)
     record = {"name": name, "unit": unit, "url": None, "port": ray["port"], "bind": ray["node_address"],
@@ -222,14 +237,18 @@ def _ray_node_instance(inst, name, where, settings):
         "gpus_needed": {"count": ray["gpus"], "why": "its GPUs in the Ray cluster (%sserving_group_gpus %d)"
                         % (settings.get("var_prefix", "vllm_server_"), ray["gpus"])},
         "cuda_visible_devices": str(inst.get("cuda_visible_devices", "") or ""),
-        "environment": environment, "env_file": env_file, "keys_file": None, "tls": None,
+        "environment_keys": sorted(environment), "env_file": env_file, "keys_file": None, "tls": None,
         "group_role": "worker", "headless": True, "data_parallel": None, "ray_node": ray, "ray": None,
         "record": record,
-    }
+    }, environment
 
 
 def build(instances, settings):
     """Role variables -> (list of instance dicts, warnings).
+
+    An instance dict holds the names of its environment variables (`environment_keys`), never
+    their values: the role loops over these dicts, and Ansible prints a loop's whole item with
+    -v whatever its label. The values (secrets, perhaps) come from environments() alone.
 
     `settings` holds the role's shared values: version, device, options (the role's flag
     variables, vllm_server_options already merged over them), extra_args, port (default),
@@ -240,10 +259,22 @@ def build(instances, settings):
     probe_cert, probe_key; see _tls_options), ray_temp_dir, ray_start_args and ray_version (a
     serving group over Ray: plugins/filter/serving_group.py gives its members `ray` and `ray_node`).
     """
+    out, warnings, _environments = _build(instances, settings)
+    return out, warnings
+
+
+def environments(instances, settings):
+    """Role variables -> {instance name: its environment (name -> value)}: what its environment
+    file holds besides the role's own variables. Only the task that writes that file reads it."""
+    return _build(instances, settings)[2]
+
+
+def _build(instances, settings):
+    """build()'s instance dicts and warnings, and environments()'s mapping."""
     prefix = settings.get("var_prefix", "vllm_server_")
     if not isinstance(instances, list) or not instances:
         raise InstanceError("%sinstances must be a non-empty list of {name, port, ...}" % prefix)
-    out, warnings, seen_names, seen_ports = [], [], set(), set()
+    out, warnings, seen_names, seen_ports, envs = [], [], set(), set(), {}
     for index, inst in enumerate(instances):
         if not isinstance(inst, dict):
             raise InstanceError("%sinstances[%d] must be a dictionary, got %r" % (prefix, index, inst))
@@ -263,7 +294,7 @@ def build(instances, settings):
                                 "environment, cuda_visible_devices, data_parallel"
                                 % (where, ", ".join(sorted(unknown))))
         if inst.get("ray_node") is not None:
-            node = _ray_node_instance(inst, name, where, settings)
+            node, envs[name] = _ray_node_instance(inst, name, where, settings)
             if node["port"] in seen_ports:
                 raise InstanceError("%s: port %d is used by another instance" % (where, node["port"]))
             seen_ports.add(node["port"])
@@ -384,17 +415,10 @@ def build(instances, settings):
         limits["max_num_seqs"] = seqs
         drain = _int_or_none(flag_value(argv, "--shutdown-timeout", known)) or 0
 
-        environment = dict(settings.get("environment") or {})
-        environment.update(inst.get("environment") or {})
-        if ray is not None:
-            # without it ray.init() looks for the cluster in its temp folder, and where it does not
-            # find one starts a cluster of its own with no GPU (ray/_private/worker.py, 2.60.0)
-            environment.setdefault("RAY_ADDRESS", "%s:%d" % (ray["address"], ray["port"]))
-        for key, value in environment.items():
-            if not isinstance(key, str) or not _ENV_NAME.match(key):
-                raise InstanceError("%s.environment: %r is not a valid variable name "
-                                    "(letters, digits and '_', not starting with a digit)" % (where, key))
-            _no_newline("%s.environment.%s" % (where, key), value)
+        # a Ray head: without RAY_ADDRESS ray.init() looks for the cluster in its temp folder, and
+        # where it does not find one starts a cluster of its own with no GPU (ray/_private/worker.py, 2.60.0)
+        envs[name] = environment = _environment(
+            settings, inst, where, {"RAY_ADDRESS": "%s:%d" % (ray["address"], ray["port"])} if ray is not None else None)
         cuda = str(inst.get("cuda_visible_devices", "") or "")
         if cuda and not _CUDA_DEVICES.match(cuda):
             raise InstanceError("%s.cuda_visible_devices must be GPU indices or UUIDs separated "
@@ -435,7 +459,8 @@ def build(instances, settings):
             # the GPUs this host's engines of the instance take (the GPU preflight counts them)
             "gpus_needed": gpus_needed,
             "cuda_visible_devices": cuda,
-            "environment": environment,
+            # the names only (see build()); the values: environments()
+            "environment_keys": sorted(environment),
             "env_file": env_file,
             "keys_file": keys_file,
             "tls": probe_tls,
@@ -450,4 +475,4 @@ def build(instances, settings):
             "ray_node": None,
             "record": record,
         })
-    return out, warnings
+    return out, warnings, envs

@@ -29,7 +29,7 @@ PLAYBOOK = """
 """
 
 
-def run_plan(tmp_path, n, max_concurrent):
+def plan_proc(tmp_path, n, max_concurrent, limit=None, group=None):
     inventory = tmp_path / "hosts.ini"
     inventory.write_text("[gpu]\n" + "".join(
         "gpu-%03d ansible_connection=local ansible_python_interpreter=%s\n" % (i, sys.executable)
@@ -39,13 +39,34 @@ def run_plan(tmp_path, n, max_concurrent):
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_FORKS="20")
     extra = {"vllm_restart_max_concurrent": max_concurrent}
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inventory), str(playbook), "-e", json.dumps(extra)],
-        env=env, capture_output=True, text=True, timeout=600, check=False)
+    if group:
+        extra["vllm_restart_group"] = group
+    argv = ["ansible-playbook", "-i", str(inventory), str(playbook), "-e", json.dumps(extra)]
+    if limit:
+        argv += ["--limit", limit]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def run_plan(tmp_path, n, max_concurrent, limit=None, group=None):
+    proc = plan_proc(tmp_path, n, max_concurrent, limit, group)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     dump = out["plays"][1]["tasks"][0]["hosts"]
     return json.loads(next(iter(dump.values()))["msg"])
+
+
+def test_a_limited_run_gives_its_hosts_the_slots_of_a_whole_run(tmp_path):
+    """With vllm_restart_group the slots come from the inventory group, whatever --limit cuts
+    from the play; without it a limited run is refused (it would reuse slots other hosts hold)."""
+    whole = run_plan(tmp_path, 40, "10%", group="gpu")
+    limited = run_plan(tmp_path, 40, "10%", limit="~gpu-03[0-9]", group="gpu")
+    assert sorted(limited) == ["gpu-%03d" % i for i in range(30, 40)]
+    assert dict((h, limited[h][h]) for h in limited) == dict((h, whole[h][h]) for h in limited)
+    # the last ten of forty hosts keep the window's last slots; planned alone they took the first
+    assert "04:00" not in set(limited[h][h]["time"] for h in limited)
+    refused = plan_proc(tmp_path, 40, "10%", limit="~gpu-03[0-9]")
+    assert refused.returncode != 0
+    assert "Set vllm_restart_group" in refused.stdout
 
 
 def test_hundred_hosts_ten_percent(tmp_path):

@@ -2,7 +2,8 @@
 write through a link:
 
 - a loop over the instances shows only each instance's name (loop_control.label), or nothing
-  (no_log): an instance carries its environment (API key, hub token) and its argv;
+  (no_log): an instance carries its argv (its environment's values are kept apart, and -v prints
+  a loop's whole item whatever the label: test_instance_environment_secrets.py);
 - files that hold the drain hooks (which may carry load-balancer credentials) are 0600 and never
   diffed;
 - the store's folders are made without following a link, after a check that none is one.

@@ -11,7 +11,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvfleet.vllm.plugins.filter.serving_group import serving_group
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import (
-    InstanceError, build, flag_value)
+    InstanceError, build, environments, flag_value)
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import (
     GroupError, ray_node, ray_plan)
 
@@ -86,7 +86,11 @@ def test_the_heads_vllm_runs_the_ray_executor_on_the_cluster():
     argv = vllm["argv"]
     assert argv[-2:] == ["--distributed-executor-backend", "ray"]
     assert (flag_value(argv, "--tensor-parallel-size"), flag_value(argv, "--pipeline-parallel-size")) == ("4", "2")
-    assert vllm["environment"]["RAY_ADDRESS"] == "10.0.0.1:6379"
+    # the value in the environment file's mapping; the instance (a loop item) has the name only
+    insts = serving_group([{"name": "main", "port": 8000}], "g", GROUPS, HOSTVARS, "n1",
+                          address="10.0.0.1", backend="ray", gpus=4)
+    assert environments(insts, _ray_settings())["main"]["RAY_ADDRESS"] == "10.0.0.1:6379"
+    assert "RAY_ADDRESS" in vllm["environment_keys"] and "environment" not in vllm
     assert (vllm["headless"], vllm["url"], vllm["gpus_needed"]["count"]) == (False, "http://127.0.0.1:8000", 0)
     assert vllm["record"]["group"] == {"key": "10.0.0.1:6379", "role": "head", "backend": "ray", "size": 8,
                                        "size_local": 0}
