@@ -705,6 +705,27 @@ def markdown(res):
         lines.append("")
         for note in res.get("notes", {}).get("fleetcheck", []):
             lines += [note, ""]
+    if "canary" in res:
+        c = res["canary"]
+        lines += ["## Canary analysis" + ran("canary"), "",
+                  "`kvfleet.vllm.canary_analysis`'s judgement (`plugins/module_utils/_canary.py`, default "
+                  "thresholds) replayed on real captures of two vLLM CPU servers under one load, one "
+                  "sample a second (`tests/fixtures/metrics`, pairs `canary-*`).", "",
+                  "Identical settings: every window of N consecutive samples, each server in turn the "
+                  "canary. In 6 samples a side may have fewer than 5 readable intervals (`min_intervals`): "
+                  "the rank test cannot run and the tolerance alone decides. The module's defaults "
+                  "(60 s, a sample each 5 s) give 13 samples.", "",
+                  "| window (samples) | analyses | pass | fail | false-fail rate |", "|---|---|---|---|---|"]
+        for r in c["false_fail"]:
+            lines.append("| %d | %d | %d | %d | %.0f%% |" % (
+                r["window_samples"], r["analyses"], r["verdicts"].get("pass", 0), r["verdicts"].get("fail", 0),
+                100 * r["false_fail_rate"]))
+        lines += ["", "| bad canary | failed after (samples, from its first) | named |", "|---|---|---|"]
+        for name, r in sorted(c["time_to_fail"].items()):
+            lines.append("| %s | %s | %s |" % (name.replace("_", " "), "%s (%s s)" % (r["samples"], r["seconds"])
+                                             if r["samples"] else "never", ", ".join(r["named"]) or "-"))
+        lines += ["", "CPU of the analysis: %.2f ms per target per sample (parse excluded: the "
+                  "captures are normalised once)." % c["cpu_ms_per_target_sample"], ""]
     lines += ["## How to read this", "",
               "- Ratios compare two things measured in the same run on the same machine; absolute "
               "times drift on a shared 2-core machine.",
@@ -775,8 +796,14 @@ def bench_fleetcheck(reps, smoke):
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def bench_canary(reps, smoke):
+    """The canary analysis on real paired captures (benchmarks/canary.py): pure Python, no server."""
+    import canary
+    return canary.bench(smoke)
+
+
 BENCHES = {"fleetdiag": bench_fleetdiag, "fleetcheck": bench_fleetcheck, "scrape": bench_scrape, "capacity": bench_capacity, "gate": bench_gate,
-           "restart": bench_restart, "rollout": bench_rollout, "router": bench_router}
+           "restart": bench_restart, "rollout": bench_rollout, "router": bench_router, "canary": bench_canary}
 
 
 def main():
@@ -803,7 +830,7 @@ def main():
         with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
             f.write(text + "\n")
         return 0
-    names = args.only.split(",") if args.only else ["scrape", "capacity", "gate", "restart", "fleetdiag"] + (
+    names = args.only.split(",") if args.only else ["scrape", "capacity", "gate", "restart", "fleetdiag", "canary"] + (
         ["rollout", "fleetcheck", "router"] if args.fleet else [])
     reps = 1 if args.smoke else args.reps
     res = {}
@@ -833,6 +860,8 @@ def main():
         missing.append("gate: the gate never named the cause")
     if "restart" in res and not res["restart"]["runs"]["kvfleet (--shutdown-timeout 20, KillMode=mixed)"]:
         missing.append("restart")
+    if "canary" in res and res["canary"]["time_to_fail"]["small_kv_cache"]["samples"] is None:
+        missing.append("canary: the small KV cache's canary was never failed")
     if missing:
         print("benchmarks without results: %s" % ", ".join(missing), file=sys.stderr)
         return 1

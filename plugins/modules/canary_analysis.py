@@ -34,8 +34,9 @@ description:
     O(thresholds.min_intervals) per-interval values (one per server and interval, such as that
     interval's TTFT p95 from its bucket counts), a one-sided Mann-Whitney U test (normal
     approximation with tie and continuity corrections; the test Kayenta's canary judge uses) finds the
-    canary's values larger (smaller, for throughput) at level O(thresholds.alpha). With fewer
-    values the tolerance alone decides.
+    canary's values larger (smaller, for throughput) at level O(thresholds.alpha) divided by the
+    number of checks (Bonferroni, so that O(thresholds.alpha) bounds the chance that identical
+    settings fail any check). With fewer values the tolerance alone decides.
   - A baseline server that is itself unhealthy (a critical cause) is left out of the pool, so an
     unhealthy baseline never fails a healthy canary. With no baseline, no healthy baseline
     server, or a pool that finished fewer than O(min_requests) requests, the canary is checked
@@ -158,7 +159,8 @@ options:
     default: {}
     suboptions:
       alpha:
-        description: Level of the one-sided Mann-Whitney U test, between 0 and 1. Default 0.05.
+        description: The analysis's level, between 0 and 1, shared by its checks (each one-sided
+          Mann-Whitney U test at alpha divided by the number of checks). Default 0.05.
         type: float
       min_intervals:
         description: Fewest per-interval values on each side for the test, 2 or more; fewer and the
