@@ -4,7 +4,8 @@
 #           live, molecule; the wheelhouse for molecule); copy the collection (cached between runs)
 #   lint    ansible-lint --profile production
 #   sanity  ansible-test sanity (Python 3.11, ansible-core 2.19)
-#   units   ansible-test units: parser, normaliser, diagnosis, flags, modules, fake NVML
+#   units   ansible-test units: parser, normaliser, diagnosis, flags, modules, fake NVML (the
+#           whole run has them from fresh, in a pristine container; name it to run it here)
 #   latest  sanity and units again with the newest ansible-core on Python 3.13; the Grafana
 #           dashboard against Grafana's schema (tests/support/grafana_schema.py)
 #   build   galaxy tarball: contents, install into an empty path, ansible-doc and a module from
@@ -12,12 +13,12 @@
 #   bench   the benchmarks in smoke mode (one repetition, smallest sizes), so they cannot rot
 #   live    modules through ansible against real vLLM CPU servers
 #   molecule  roles and fleet playbooks on Podman systemd hosts with real vLLM CPU servers
-#   fresh   units and build again inside a pristine Debian 12 container with an empty
+#   fresh   units and build inside a pristine Debian 12 container with an empty
 #           cache (tests/fresh.sh): nothing may depend on what this machine already has
 # Two lanes after setup, side by side, each stopping at its first failing stage
 # (docs/testing.md):
 #   fleet:  bench, then Molecule's fleet scenario, their vLLMs pinned to core 1;
-#   other:  lint sanity units latest build fresh at nice 19, then live (its vLLMs pinned to
+#   other:  lint sanity latest build fresh at nice 19, then live (its vLLMs pinned to
 #           core 0) and Molecule's server scenario (core 0) at nice 0, in a collection copy of
 #           its own.
 # The fleet lane waits on vLLM most of the time; the static stages take what it leaves while its
@@ -35,7 +36,8 @@ if [ "${1:-}" = section ]; then
   bash "$HERE/setup.sh" tools vllm model wheelhouse copy
   exec bash "$HERE/molecule.sh" --section "$2" "$3"
 fi
-STAGES="${*:-lint sanity units latest build bench live molecule fresh}"
+# units run once on Python 3.11, in fresh's pristine container, and once on 3.13 (latest)
+STAGES="${*:-lint sanity latest build bench live molecule fresh}"
 declare -a TIMES=()
 # any_of STAGE ...: is one of them chosen
 any_of() { local x; for x in "$@"; do [[ " $STAGES " == *" $x "* ]] && return 0; done; return 1; }
@@ -166,7 +168,7 @@ other_rc=0
 if [ -n "$other_pid" ]; then
   wait "$other_pid" || other_rc=$?
   other_pid=
-  printf '\n===== the other lane (lint sanity units latest build fresh, live, molecule server; ran beside the fleet lane) =====\n'
+  printf '\n===== the other lane (lint sanity latest build fresh, live, molecule server; ran beside the fleet lane) =====\n'
   cat "$lane_log"
 fi
 e=$(cat "$other_end"); t_other=$(( ${e:-$(date +%s)} - t_lanes ))
