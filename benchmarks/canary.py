@@ -50,7 +50,7 @@ def cpu_per_target_sample(reps):
     canary, baseline = fixtures.replay("canary-same-canary"), fixtures.replay("canary-same-baseline")
     targets = [_target("canary", canary)], [_target("baseline", baseline)]
     t0 = time.process_time()
-    for _ in range(reps):
+    for unused in range(reps):
         analyse(copy.deepcopy(targets[0]), copy.deepcopy(targets[1]))
     spent = time.process_time() - t0
     return spent / reps / (2 * len(canary))

@@ -17,9 +17,9 @@
 #           cache (tests/fresh.sh): nothing may depend on what this machine already has
 # Two lanes after setup, side by side, each stopping at its first failing stage
 # (docs/testing.md):
-#   fleet:  bench, then Molecule's fleet scenario, their vLLMs pinned to core 1;
-#   other:  lint sanity latest build fresh at nice 19, then live (its vLLMs pinned to
-#           core 0) and Molecule's server scenario (core 0) at nice 0, in a collection copy of
+#   fleet:  Molecule's fleet scenario, its vLLMs pinned to core 1;
+#   other:  lint sanity latest build fresh at nice 19, then bench and live (their vLLMs pinned
+#           to core 0) and Molecule's server scenario (core 0) at nice 0, in a collection copy of
 #           its own.
 # The fleet lane waits on vLLM most of the time; the static stages take what it leaves while its
 # hosts install. Each stage's time is printed against its budget (tests/budget.tsv): one over
@@ -143,8 +143,9 @@ if any_of lint sanity units latest build fresh bench live molecule; then
     # vLLM's stages at nice 0, their servers on core 0 (the fleet's are on core 1); only then:
     # lowering a nice value needs privileges that the fresh stage's container (which runs this
     # script with units and build) does not have
-    if any_of live molecule; then renice -n 0 -p "$BASHPID" >/dev/null; fi
+    if any_of bench live molecule; then renice -n 0 -p "$BASHPID" >/dev/null; fi
     export KVFLEET_VLLM_CPUS=0
+    stage bench stage_bench
     stage live stage_live
     stage molecule stage_molecule server
     [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_other"
@@ -156,8 +157,6 @@ fi
 # a background job, not `( ... ) || rc=$?`: errexit is off inside a subshell that `||` tests
 (
   TIMES=()
-  # the benchmarks' vLLMs on core 1 before the fleet's, while the other lane's static stages run
-  stage bench stage_bench
   stage molecule stage_molecule fleet
   [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_fleet"
 ) &
@@ -168,7 +167,7 @@ other_rc=0
 if [ -n "$other_pid" ]; then
   wait "$other_pid" || other_rc=$?
   other_pid=
-  printf '\n===== the other lane (lint sanity latest build fresh, live, molecule server; ran beside the fleet lane) =====\n'
+  printf '\n===== the other lane (lint sanity latest build fresh, bench live, molecule server; ran beside the fleet lane) =====\n'
   cat "$lane_log"
 fi
 e=$(cat "$other_end"); t_other=$(( ${e:-$(date +%s)} - t_lanes ))
@@ -182,7 +181,7 @@ for t in "${TIMES[@]}"; do
   printf 'BUDGET %-16s %6s s of %6s s%s\n' "$k" "$v" "${b:-?}" "$( [ -n "$b" ] && [ "$v" -gt $(( b * 3 / 2 )) ] && echo '   <-- OVER 1.5 x BUDGET' )"
 done
 if [ "$fleet_rc" -ne 0 ] || [ "$other_rc" -ne 0 ]; then
-  echo "FAILED: the fleet lane (bench, molecule fleet) rc=$fleet_rc, the other lane rc=$other_rc;" \
+  echo "FAILED: the fleet lane (molecule fleet) rc=$fleet_rc, the other lane rc=$other_rc;" \
        "each lane stops at its first failing stage" >&2
   exit 1
 fi

@@ -35,7 +35,6 @@ class InstanceError(ValueError):
     """Bad instance settings; the message names the variable, the instance and what is allowed."""
 
 
-
 def _gpus_needed(argv, flags=None):
     """{'count', 'why'}: GPUs the instance's engines on this host take: its local data parallel
     engines (all of --data-parallel-size unless --data-parallel-size-local says fewer), each

@@ -38,11 +38,12 @@ def test_every_timed_stage_has_a_budget():
     assert keys and keys <= set(budget()), sorted(keys - set(budget()))
 
 
-def test_the_lanes_fit_45_minutes():
-    """The suite aims at 45 of CI's 90 minutes: setup, then the longer of the two lanes
-    (tests/run.sh), each stage at its budget."""
+def test_the_lanes_fit_50_minutes():
+    """The suite stays within 50 of CI's 90 minutes (it aims at 45): setup, then the longer of
+    the two lanes (tests/run.sh), each stage at its budget. A stage that needs more takes the
+    time back elsewhere."""
     b = budget()
-    fleet = b["bench"] + b["molecule-fleet"]
+    fleet = b["molecule-fleet"]
     # units run inside fresh in the whole run (tests/run.sh's default stages)
-    other = sum(b[k] for k in ("lint", "sanity", "latest", "build", "fresh", "live", "molecule-server"))
-    assert b["setup"] + max(fleet, other) <= 45 * 60, (fleet, other)
+    other = sum(b[k] for k in ("lint", "sanity", "latest", "build", "fresh", "bench", "live", "molecule-server"))
+    assert b["setup"] + max(fleet, other) <= 50 * 60, (fleet, other)

@@ -156,8 +156,8 @@ def test_no_task_loops_over_the_environment_values_and_only_no_log_tasks_read_th
     renders = [(path, task) for path in _yaml_files() for task in _tasks(_load(path))
                if isinstance(task.get("ansible.builtin.template"), dict)
                and task["ansible.builtin.template"].get("src") == "vllm.env.j2"]
-    assert sorted(os.path.relpath(p, ROOT) for p, _t in renders) == ["roles/server/tasks/configure.yml",
-                                                                       "roles/server/tasks/plan.yml"]
+    expected = ["roles/server/tasks/configure.yml", "roles/server/tasks/plan.yml"]
+    assert sorted(os.path.relpath(p, ROOT) for p, _t in renders) == expected
     for path, task in renders:
         assert task.get("no_log") is True and task.get("diff") is False, path
 
