@@ -332,7 +332,7 @@ def prune(path, keep, protect, dry_run=False):
     that is a link is skipped (never followed, never removed), and removing walks each folder
     from a descriptor of its parent without following links.
 
-    Returns {removed, kept, skipped: [{name, reason}]}; dry_run removes nothing."""
+    Returns {removed, kept, not_followed: [{name, reason}]}; dry_run removes nothing."""
     if not _AT_SUPPORTED:
         raise UnsafePath("%s: this platform cannot remove folders without following links "
                          "(needs O_NOFOLLOW and dir_fd)" % path)
@@ -342,7 +342,7 @@ def prune(path, keep, protect, dry_run=False):
         raise _unsafe(link, "%s: prune refused," % path)
     fd = _open_dir(path)
     if fd is None:
-        return {"removed": [], "kept": [], "skipped": []}
+        return {"removed": [], "kept": [], "not_followed": []}
     try:
         revisions, skipped = [], []
         for name in sorted(os.listdir(fd)):
@@ -373,7 +373,7 @@ def prune(path, keep, protect, dry_run=False):
     finally:
         os.close(fd)
     kept = sorted(item[0] for item in revisions if item[0] not in planned)
-    return {"removed": removed, "kept": kept, "skipped": skipped}
+    return {"removed": removed, "kept": kept, "not_followed": skipped}
 
 
 def free_bytes(path):

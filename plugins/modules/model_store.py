@@ -24,7 +24,7 @@ description:
   - The store is inside a folder the service user can write to, and the module runs as root. So
     O(operation=prune) and O(operation=promote) refuse a O(path) (or O(src)) of which any part is a
     symbolic link, and O(operation=prune) never follows a link. A revision that is a link is
-    skipped and reported in RV(skipped), and folders are removed from a descriptor of their
+    skipped and reported in RV(not_followed), and folders are removed from a descriptor of their
     parent (C(O_NOFOLLOW)), so a link put in place meanwhile stops the removal instead of
     reaching outside the store.
   - The C(kvfleet.vllm.server) role uses it to stage models before a deploy drains a host
@@ -160,7 +160,7 @@ kept:
   returned: operation is prune
   type: list
   elements: str
-skipped:
+not_followed:
   description: Entries of the model's folder left alone because they are (or became) symbolic links, each with the reason.
   returned: operation is prune
   type: list
@@ -236,8 +236,8 @@ def _pruned(module):
         result = prune(module.params["path"], module.params["keep"], module.params["protect"],
                        dry_run=module.check_mode)
     except UnsafePath as exc:
-        module.fail_json(msg="path: %s" % exc, removed=[], kept=[], skipped=[])
-    for item in result["skipped"]:
+        module.fail_json(msg="path: %s" % exc, removed=[], kept=[], not_followed=[])
+    for item in result["not_followed"]:
         module.warn("prune skipped %s" % item["reason"])
     module.exit_json(changed=bool(result["removed"]), **result)
 

@@ -75,8 +75,8 @@ def test_prune_skips_a_revision_that_is_a_link_and_reports_it(run_module, tmp_pa
         os.symlink(str(outside / name), str(store / ("a-" + name)))
     failed, result = run_module(model_store, {"operation": "prune", "path": str(store), "keep": 1})
     assert not failed and result["removed"] == ["r1", "r2"] and result["kept"] == ["r3"]
-    assert sorted(item["name"] for item in result["skipped"]) == ["a-etc", "a-lib", "a-usr"]
-    assert all("symbolic link" in item["reason"] and str(outside) in item["reason"] for item in result["skipped"])
+    assert sorted(item["name"] for item in result["not_followed"]) == ["a-etc", "a-lib", "a-usr"]
+    assert all("symbolic link" in item["reason"] and str(outside) in item["reason"] for item in result["not_followed"])
     assert len(warned) == 3 and all(w.startswith("prune skipped the revision ") for w in warned)
     assert _outside_intact(outside) and all(os.path.islink(str(store / ("a-" + n))) for n in ("etc", "lib", "usr"))
 
@@ -109,8 +109,8 @@ def test_prune_stops_at_a_folder_swapped_for_a_link_during_removal(tmp_path, mon
         return result
     monkeypatch.setattr(ms.os, "stat", stat_then_swap)
     result = ms.prune(str(store), 1, [])
-    assert result["removed"] == [] and [item["name"] for item in result["skipped"]] == ["r1"]
-    assert str(sub) + " is a symbolic link" in result["skipped"][0]["reason"] and _outside_intact(outside)
+    assert result["removed"] == [] and [item["name"] for item in result["not_followed"]] == ["r1"]
+    assert str(sub) + " is a symbolic link" in result["not_followed"][0]["reason"] and _outside_intact(outside)
 
 
 def test_prune_check_mode_and_a_missing_folder(run_module, tmp_path):
