@@ -599,20 +599,22 @@ def process_memory(nvml, pids):
             pass
 
 
-def _gpu_indexes(visible, gpus):
-    """CUDA_VISIBLE_DEVICES ('0,1', UUIDs, or empty for all) -> NVML indexes; unknown ids raise."""
+def _gpu_indexes(visible, gpus, skip_unknown=False):
+    """CUDA_VISIBLE_DEVICES ('0,1', UUIDs, or empty for all) -> NVML indexes. An id not on the
+    host raises (the headroom check names it), or with skip_unknown is left out, and then each
+    index comes once (the health checks, which leave unknown ids to headroom)."""
+    known = [g["index"] for g in gpus]
     if visible is None or str(visible).strip() == "":
-        return [g["index"] for g in gpus]
-    by_uuid = {g["uuid"]: g["index"] for g in gpus}
-    known = {g["index"] for g in gpus}
+        return known
+    by_uuid = dict((g.get("uuid"), g["index"]) for g in gpus if g.get("uuid"))
     out = []
     for part in str(visible).split(","):
         part = part.strip()
-        if part.isdigit() and int(part) in known:
-            out.append(int(part))
-        elif part in by_uuid:
-            out.append(by_uuid[part])
-        else:
+        index = int(part) if part.isdigit() else by_uuid.get(part)
+        if index in known:
+            if not (skip_unknown and index in out):
+                out.append(index)
+        elif not skip_unknown:
             raise ValueError("cuda_visible_devices %r names GPU %r, which is not on this host "
                              "(GPUs: %s)" % (visible, part, ", ".join(
                                  str(i) for i in sorted(known)) or "none"))
@@ -622,17 +624,7 @@ def _gpu_indexes(visible, gpus):
 def gpus_visible(visible, gpus):
     """The NVML indexes that CUDA_VISIBLE_DEVICES (indexes or UUIDs, comma-separated; empty for
     all) names among `gpus`; ids not on the host are left out (headroom names them)."""
-    by_uuid = dict((g.get("uuid"), g["index"]) for g in gpus if g.get("uuid"))
-    known = [g["index"] for g in gpus]
-    if visible is None or str(visible).strip() == "":
-        return known
-    out = []
-    for part in str(visible).split(","):
-        part = part.strip()
-        index = int(part) if part.isdigit() else by_uuid.get(part)
-        if index in known and index not in out:
-            out.append(index)
-    return out
+    return _gpu_indexes(visible, gpus, skip_unknown=True)
 
 
 def _evidence_text(evidence):
