@@ -33,7 +33,8 @@ if [ "${1:-}" = --section ]; then
   s=$2; tags=$3
   molecule converge -s "$s" 2>&1 | stamp
   # the scenario's ephemeral folder, where Molecule (26) keeps its inventory and ansible.cfg
-  eph=$(find "${ANSIBLE_HOME:-$HOME/.ansible}/tmp" "$HOME/.cache" -maxdepth 3 -type d -name "molecule.*.$s" -print -quit 2>/dev/null || true)
+  roots=(); for r in "${ANSIBLE_HOME:-$HOME/.ansible}/tmp" "$HOME/.cache"; do [ ! -d "$r" ] || roots+=("$r"); done
+  eph=; [ ${#roots[@]} -eq 0 ] || eph=$(find "${roots[@]}" -maxdepth 3 -type d -name "molecule.*.$s" -print -quit)
   [ -n "$eph" ] && [ -f "$eph/ansible.cfg" ] || { echo "no Molecule state for scenario $s under $HOME/.ansible/tmp" >&2; exit 1; }
   t0=$(date +%s)
   # what Molecule's verify sets, with the sections' tags (tags are no Molecule option)

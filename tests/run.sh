@@ -117,8 +117,9 @@ lane_log=$(mktemp); times_other=$(mktemp); times_fleet=$(mktemp); other_end=$(mk
 # ended has no process left to signal, which is not an error: the lanes' own exit codes are
 # what decides the run (checked below), not this cleanup.
 finish() {
+  # a lane that ended by itself has no process left: kill's "no such process" is no error here
   [ -z "$other_pid" ] || kill -- "-$other_pid" 2>/dev/null || true
-  [ -z "$fleet_pid" ] || kill "$fleet_pid" 2>/dev/null || true
+  [ -z "$fleet_pid" ] || kill "$fleet_pid" 2>/dev/null || true   # as above
   rm -f "$lane_log" "$times_other" "$times_fleet" "$other_end"
 }
 trap finish EXIT
