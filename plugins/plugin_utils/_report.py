@@ -8,6 +8,7 @@ diagnose report's charts, as inline SVG. Stdlib only."""
 from __future__ import annotations
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import finite, history_series
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import failed_checks
 
 __all__ = ["COLOURS", "COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "charts_html", "deploy_lines", "diagnosis_rows",
            "end_rows", "kv_sizing", "svg_chart", "table_lines"]
@@ -240,6 +241,23 @@ def _runtime(runtime):
     return "adapters changed without a restart: %s" % ", ".join(parts)
 
 
+def _analysis(analysis):
+    """A host's analysis under traffic in words: its verdict, the baseline's hosts, the requests of
+    each side and the failed checks ('' without one)."""
+    if not isinstance(analysis, dict) or not analysis.get("verdict"):
+        return ""
+    requests = analysis.get("requests") or {}
+    against = ", ".join(str(h) for h in analysis.get("baseline_hosts") or []) or "absolute limits"
+    words = "analysis %s against %s (%s and %s requests)" % (
+        analysis["verdict"], against, _cell(requests.get("canary")), _cell(requests.get("baseline")))
+    failed = failed_checks(analysis)
+    if failed:
+        words += ": " + "; ".join(failed)
+    elif analysis["verdict"] != "pass":
+        words += ": " + str(analysis.get("reason") or "")
+    return words
+
+
 def deploy_lines(rows):
     """rows: {'host', 'batch', 'before', 'after', 'outcome', 'seconds', 'detail', 'drained'} per
     host, where before/after are deployment records ({'version', 'config'}) -> header, lines,
@@ -253,6 +271,7 @@ def deploy_lines(rows):
         warned = [z["warning"] for z in r.get("sizing") or [] if z.get("warning")]
         if warned and outcome in _SERVING:
             detail = "; ".join(warned)
+
         runtime = _runtime(r.get("runtime")) if outcome in _SERVING else ""
         if runtime:
             detail = runtime if detail == "-" else "%s; %s" % (runtime, detail)
@@ -266,6 +285,10 @@ def deploy_lines(rows):
             _version(r.get("after")) if outcome in _SERVING else "-",
             outcome, _cell(r.get("seconds"), "%.0f"),
             detail if len(detail) <= 120 else detail[:117] + "..."]))
+        # on a line of its own, whole: the failed checks' numbers are the point
+        analysis = _analysis(r.get("analysis"))
+        if analysis:
+            out.append("  %s %s" % (r.get("host"), analysis))
     out.append(", ".join("%d %s" % (counts[o], o) for o in OUTCOMES if o in counts)
                + "".join(", %d %s" % (n, o) for o, n in counts.items() if o not in OUTCOMES)
                or "no hosts")
@@ -323,7 +346,8 @@ def kv_sizing(gate_results, typical_tokens=2048):
     'max_model_len', 'fits_max_model_len', 'typical_tokens', 'fits_typical', 'max_num_seqs',
     'engines', 'warning'}], per engine (the smallest engine's cache) when there are several, with
     a warning when --max-num-seqs is far below what the cache holds (a queue
-    would form with the cache mostly free: the fragmentation guide's 128 on a large GPU).
+    would form with the cache mostly free: the fragmentation guide's 128 on a large GPU), or when
+    the cache cannot hold --max-num-seqs typical requests (a full load preempts).
     """
     out = []
     for res in gate_results or []:
@@ -346,7 +370,13 @@ def kv_sizing(gate_results, typical_tokens=2048):
         fits_mml = tokens // mml if mml else None
         fits_typical = tokens // typical_tokens if typical_tokens else None
         warning = None
-        if seqs and fits_typical and fits_typical >= _UNUSED_CACHE_FACTOR * seqs:
+        if seqs and fits_typical is not None and fits_typical < seqs:
+            # one max_model_len sequence fits (vLLM starts, the idle gate passes), the cap's load does not
+            warning = ("%s: --max-num-seqs %d, but the KV cache (%d tokens) holds only %d requests of "
+                       "%d tokens: under a full load it runs out and preempts; give the cache more "
+                       "memory or lower --max-num-seqs"
+                       % (inst.get("name"), seqs, tokens, fits_typical, typical_tokens))
+        elif seqs and fits_typical and fits_typical >= _UNUSED_CACHE_FACTOR * seqs:
             warning = ("%s: --max-num-seqs %d, but the KV cache (%d tokens) holds %d requests of "
                        "%d tokens: requests would queue with the cache mostly free; raise "
                        "--max-num-seqs" % (inst.get("name"), seqs, tokens, fits_typical,

@@ -27,11 +27,13 @@ def read_key(key):
     return key
 
 
-def complete(url, i, max_tokens, key="", context=None):
+def complete(url, i, max_tokens, key="", context=None, words=0):
     """One completion of MAX_TOKENS tokens (ignore_eos), and how it ended: complete (HTTP 200,
     finish_reason length, every token), truncated (HTTP 200 but not that) or failed (anything
-    else). The fleet's steady load (steady_load.py) counts with the same function."""
-    body = json.dumps({"model": "tiny-llama", "prompt": "def class return %d" % i,
+    else). The fleet's steady load (steady_load.py) counts with the same function. WORDS more
+    prompt words (a token each with the tiny model's tokenizer) make a request hold more cache."""
+    prompt = "def class return %d" % i + " def" * words
+    body = json.dumps({"model": "tiny-llama", "prompt": prompt,
                        "max_tokens": max_tokens, "ignore_eos": True, "temperature": 1.0}).encode()
     headers = {"Content-Type": "application/json"}
     if key:

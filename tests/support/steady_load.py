@@ -2,11 +2,12 @@
 until STOP_FILE exists; then it waits for what is in flight and writes one JSON summary to OUT.
 Stdlib only. Used by the fleet scenario to count what a rolling restart behind the router loses.
 
-usage: steady_load.py URL KEY_FILE CONCURRENCY MAX_TOKENS STOP_FILE OUT [--requests N] [--pause S]
+usage: steady_load.py URL KEY_FILE CONCURRENCY MAX_TOKENS STOP_FILE OUT [--requests N] [--pause S] [--words W]
   KEY_FILE   holds the API key (never on a command line); empty file: no key
   --requests N   instead of running until STOP_FILE: N requests one after the other (latency)
   --pause S      each client waits S seconds between its requests (a load that leaves a 2-core
                  test machine room to start the vLLM being restarted)
+  --words W      W more prompt words (a token each): requests that hold more KV cache
 
 Each request asks for MAX_TOKENS tokens with ignore_eos, so "answered in full" is exact:
 HTTP 200, finish_reason length and completion_tokens == MAX_TOKENS. "truncated" is an HTTP 200
@@ -28,6 +29,11 @@ if "--requests" in args:
     i = args.index("--requests")
     requests_n = int(args[i + 1])
     del args[i:i + 2]
+words = 0
+if "--words" in args:
+    i = args.index("--words")
+    words = int(args[i + 1])
+    del args[i:i + 2]
 pause = 0.0
 if "--pause" in args:
     i = args.index("--pause")
@@ -42,7 +48,7 @@ results = []
 
 
 def one(i):
-    r = complete(url, i, max_tokens, key)
+    r = complete(url, i, max_tokens, key, words=words)
     r["start"] = time.time() - r["seconds"]
     with lock:
         results.append(r)

@@ -30,7 +30,21 @@ def test_a_cap_far_below_the_real_cache_is_warned_about():
 
 
 def test_a_cap_that_uses_the_cache_is_not_warned_about():
-    assert kv_sizing([_gate("busy", 16)], typical_tokens=1024)[0]["warning"] is None
+    # 8192 tokens hold 16 requests of 512 (and not 32): the cap and the cache match
+    assert kv_sizing([_gate("busy", 16)], typical_tokens=512)[0]["warning"] is None
+
+
+def test_a_cache_too_small_for_the_cap_is_warned_about():
+    """The cache holds one --max-model-len sequence, so vLLM starts and the idle gate passes, but
+    not --max-num-seqs typical requests: a full load preempts (seen on a fleet deploy that shrank
+    the cache to 33 blocks beside --max-num-seqs 5, with no warning)."""
+    out = kv_sizing([_gate("busy", 16)], typical_tokens=1024)
+    assert out[0]["fits_max_model_len"] == 8 and out[0]["fits_typical"] == 8
+    assert out[0]["warning"] == ("main: --max-num-seqs 16, but the KV cache (8192 tokens) holds only 8 requests "
+                                 "of 1024 tokens: under a full load it runs out and preempts; give the cache "
+                                 "more memory or lower --max-num-seqs")
+    lines = deploy_lines([{"host": "h1", "outcome": "upgraded", "sizing": out, "detail": None}])
+    assert "holds only 8 requests of 1024 tokens" in lines[1]
 
 
 def test_unreadable_or_bad_input():

@@ -1,0 +1,68 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: analysis_outcome
+short_description: What kvfleet.vllm.deploy does with a host's canary analysis
+version_added: 0.4.0
+description:
+  - From a M(kvfleet.vllm.canary_analysis) result, whether the deploy keeps the changed host
+    (C(pass)) or rolls it back (C(fail)), and for C(inconclusive) what O(inconclusive) says, with
+    the reason in words; and what the deploy's report keeps of the result (no samples).
+options:
+  _input:
+    description: The module's registered result.
+    type: dict
+    required: true
+  inconclusive:
+    description:
+      - C(fail_canary) rolls back an inconclusive host of the first batch analysed (the canary, as
+        a canary no traffic reached proves nothing) and keeps later ones; C(fail) always rolls
+        back; C(pass) always keeps.
+    type: str
+    default: fail_canary
+    choices: [fail_canary, fail, pass]
+  canary_batch:
+    description: This host's batch is the first one analysed.
+    type: bool
+    default: true
+  seconds:
+    description: Seconds the analysis took, for the report.
+    type: float
+"""
+
+EXAMPLES = r"""
+- name: Decide
+  ansible.builtin.set_fact:
+    _outcome: "{{ _analysis | kvfleet.vllm.analysis_outcome(inconclusive='fail') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: C(keep) (bool), C(why) (one sentence) and C(analysis) (the report's digest of the result,
+    C(verdict), C(reason), C(mode), C(checks), C(requests), C(causes), C(window_seconds),
+    C(canary_hosts), C(baseline_hosts), C(seconds)).
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import RolloutError, action, digest
+
+
+def _analysis_outcome(result, inconclusive="fail_canary", canary_batch=True, seconds=None):
+    try:
+        out = action(result, inconclusive=inconclusive, canary_batch=bool(canary_batch))
+    except RolloutError as exc:
+        raise AnsibleFilterError(str(exc))
+    out["analysis"] = digest(result, seconds=seconds)
+    return out
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"analysis_outcome": _analysis_outcome}

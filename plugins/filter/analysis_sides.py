@@ -1,0 +1,88 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: analysis_sides
+short_description: The canary and the baseline of a host's analysis in kvfleet.vllm.deploy
+version_added: 0.4.0
+description:
+  - From the deploy's host rows (each host's C(_vllm_deploy)), the servers that
+    M(kvfleet.vllm.canary_analysis) judges for one changed host (the canary, what it runs now)
+    and the servers it is judged against (the baseline, every other serving host that has not
+    changed yet, with what it ran before; for the last batch, the hosts already verified).
+  - Fails, naming the host and the instance, when O(analysis_from) cannot reach an instance (bound
+    to loopback on another host), and for a canary without an instance it can sample.
+  - The returned targets hold the API keys; pass them to the module only (its O(canary[].api_key)
+    is never logged), never to a fact or a debug task.
+options:
+  _input:
+    description: The deploy's host rows (C(host), C(outcome), C(batch), C(before), C(after), C(left_drained)).
+    type: list
+    elements: dict
+    required: true
+  host:
+    description: The changed host (the canary).
+    type: str
+    required: true
+  records:
+    description: The canary's instance records now (the server role's C(_server_records)).
+    type: list
+    elements: dict
+    required: true
+  api_keys:
+    description: Each host's API key (C(vllm_server_api_key)) by host name; empty for none.
+    type: dict
+    default: {}
+  analysis_from:
+    description: The host the module runs on (C(vllm_deploy_analysis_from)).
+    type: str
+    default: localhost
+"""
+
+EXAMPLES = r"""
+- name: Judge the host against the hosts that have not changed yet
+  kvfleet.vllm.canary_analysis:
+    canary: "{{ _sides.canary }}"
+    baseline: "{{ _sides.baseline }}"
+  delegate_to: localhost
+  vars:
+    _sides: >-
+      {{ ansible_play_hosts_all | map('extract', hostvars, '_vllm_deploy') | list
+         | kvfleet.vllm.analysis_sides(host=inventory_hostname, records=_server_records) }}
+"""
+
+RETURN = r"""
+_value:
+  description: C(canary) and C(baseline) (targets of M(kvfleet.vllm.canary_analysis)), C(baseline_hosts),
+    and C(baseline_kind) (C(unchanged), C(verified) or C(none)).
+  type: dict
+"""
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import RolloutError, sides
+
+
+def _analysis_sides(rows, host, records, api_keys=None, analysis_from="localhost"):
+    api_keys = api_keys or {}
+    hosts = []
+    for row in rows or []:
+        if not isinstance(row, dict):
+            continue
+        h = dict(row, api_key=api_keys.get(row.get("host")) or "")
+        if h.get("host") == host:
+            h["after"] = {"instances": list(records or [])}
+        hosts.append(h)
+    try:
+        return sides(hosts, host, analysis_from=analysis_from)
+    except RolloutError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"analysis_sides": _analysis_sides}

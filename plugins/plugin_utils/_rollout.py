@@ -1,0 +1,173 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""The deploy's analysis under traffic, decided in Python (kvfleet.vllm.deploy's analyse step).
+
+Which servers are the canary and which the baseline, whether the analysis host can reach them,
+what a verdict makes the deploy do, and what of the module's result the report keeps. Pure
+functions over plain data; plugins/filter/deploy_analysis.py reads the play's facts into them.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+# outcomes of a host that serves what it was verified with (tasks/deploy_keep.yml)
+SERVING = ("upgraded", "restarted", "resumed", "unchanged")
+INCONCLUSIVE_POLICIES = ("fail_canary", "fail", "pass")
+_LOOPBACK_NAMES = ("localhost", "::1")
+# the module's result, as the report keeps it (no samples: they are the analysis's raw data)
+_DIGEST_KEYS = ("verdict", "reason", "mode", "checks", "requests", "causes", "window_seconds")
+
+
+class RolloutError(ValueError):
+    """A setting or a host the analysis cannot work with; the message names it."""
+
+
+def _loopback(url):
+    try:
+        name = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return False
+    return name in _LOOPBACK_NAMES or name.startswith("127.")
+
+
+def _analysable(records):
+    """The records a canary analysis can sample: a URL of their own (a Ray node has none) and not
+    a serving group's member (its head is judged by the gate with the group's links)."""
+    return [r for r in records or [] if isinstance(r, dict) and r.get("url") and not r.get("group")]
+
+
+def _instances(record):
+    """A deployment record's instance records (a list of them is taken as is)."""
+    if isinstance(record, dict):
+        return record.get("instances") or []
+    return record if isinstance(record, list) else []
+
+
+def _target(host, record, api_key):
+    limits = record.get("limits") or {}
+    target = {"name": "%s/%s" % (host, record.get("name")), "host": host, "url": record["url"]}
+    if api_key:
+        target["api_key"] = api_key
+    for key, value in (("max_num_seqs", record.get("max_num_seqs") or limits.get("max_num_seqs")),
+                       ("max_num_batched_tokens", limits.get("max_num_batched_tokens")),
+                       ("max_num_active_seqs", limits.get("max_num_active_seqs")),
+                       ("max_model_len", limits.get("max_model_len"))):
+        if value:
+            target[key] = int(value)
+    return target
+
+
+def unreachable(host, records, analysis_from):
+    """The words for each of a host's analysable instances that analysis_from cannot reach (bound
+    to loopback on another host); [] when all can be sampled."""
+    if analysis_from == host:
+        return []
+    return ["%s's instance %s listens on %s only" % (host, r.get("name"), urlsplit(r["url"]).hostname)
+            for r in _analysable(records) if _loopback(r["url"])]
+
+
+def sides(hosts, canary_host, analysis_from="localhost"):
+    """The canary and the baseline of canary_host's analysis.
+
+    hosts: one dict per host of the play, in the inventory's order: 'host', 'outcome' (the row's
+    outcome so far), 'batch' (its batch, None before it is reached), 'before' and 'after' (the
+    instance records it ran before the deploy, and runs now), 'drained' (left out of the load
+    balancer), 'api_key'. The canary is canary_host's 'after'. The baseline is every other host
+    that has not changed yet and serves (outcome untouched, not drained, not in canary_host's
+    batch), with what it ran before; when there is none (the last batch), the hosts this run
+    already verified, with what they run now.
+    -> {'canary': targets, 'baseline': targets, 'baseline_hosts': names, 'baseline_kind':
+    'unchanged' | 'verified' | 'none'}; raises RolloutError for an instance analysis_from cannot
+    reach, or a canary without one it can sample."""
+    by_host = dict((h.get("host"), h) for h in hosts)
+    me = by_host.get(canary_host)
+    if me is None:
+        raise RolloutError("%s is not a host of this deploy" % canary_host)
+    canary_records = _analysable(_instances(me.get("after")))
+    if not canary_records:
+        raise RolloutError("%s has no instance the analysis can sample (a serving group member, or a Ray "
+                           "node, is judged by its gate alone): set vllm_deploy_analysis_seconds: 0 for it"
+                           % canary_host)
+    problems = unreachable(canary_host, canary_records, analysis_from)
+
+    def others(pick, records_key):
+        chosen = []
+        for h in hosts:
+            if h.get("host") == canary_host or h.get("drained") or h.get("left_drained") or not pick(h):
+                continue
+            recs = _analysable(_instances(h.get(records_key)))
+            if recs:
+                chosen.append((h, recs))
+        return chosen
+
+    batch = me.get("batch")
+    kind, chosen = "unchanged", others(
+        lambda h: (h.get("outcome") or "untouched") == "untouched" and (h.get("batch") is None or h.get("batch") != batch),
+        "before")
+    if not chosen:
+        kind, chosen = "verified", others(
+            lambda h: h.get("outcome") in SERVING and h.get("batch") is not None and h.get("batch") != batch
+            and (h.get("analysis") or {}).get("verdict") in (None, "pass"), "after")
+    if not chosen:
+        kind = "none"
+    for h, recs in chosen:
+        problems += unreachable(h["host"], recs, analysis_from)
+    if problems:
+        raise RolloutError(
+            "the deploy's analysis samples every instance from %s (vllm_deploy_analysis_from), which cannot "
+            "reach %s: bind the instances to an address it reaches (vllm_server_host), sample from a host that "
+            "reaches them, or set vllm_deploy_analysis_seconds: 0" % (analysis_from, "; ".join(problems)))
+    return {
+        "canary": [_target(canary_host, r, me.get("api_key")) for r in canary_records],
+        "baseline": [_target(h["host"], r, h.get("api_key")) for h, recs in chosen for r in recs],
+        "baseline_hosts": [h["host"] for h, _recs in chosen],
+        "baseline_kind": kind,
+    }
+
+
+def action(result, inconclusive="fail_canary", canary_batch=True):
+    """What the deploy does with an analysis result: {'keep': bool, 'why': words}.
+
+    fail rolls the host back. inconclusive does what the policy says: fail_canary (the default)
+    rolls back the first batch analysed, the canary, because a canary that no traffic reached
+    proves nothing, and keeps later ones; fail always rolls back; pass always keeps."""
+    if inconclusive not in INCONCLUSIVE_POLICIES:
+        raise RolloutError("vllm_deploy_analysis_inconclusive must be one of %s, got %r"
+                           % (", ".join(INCONCLUSIVE_POLICIES), inconclusive))
+    result = result if isinstance(result, dict) else {}
+    verdict, reason = result.get("verdict"), result.get("reason") or "no reason given"
+    if verdict == "pass":
+        return {"keep": True, "why": "analysis passed: %s" % reason}
+    if verdict == "fail":
+        return {"keep": False, "why": "analysis failed: %s" % reason}
+    if verdict == "inconclusive":
+        if inconclusive == "pass" or (inconclusive == "fail_canary" and not canary_batch):
+            return {"keep": True, "why": "analysis inconclusive, kept (vllm_deploy_analysis_inconclusive: %s): %s"
+                    % (inconclusive, reason)}
+        return {"keep": False, "why": "analysis inconclusive, rolled back (vllm_deploy_analysis_inconclusive: %s%s): %s"
+                % (inconclusive, ", the canary batch" if inconclusive == "fail_canary" else "", reason)}
+    return {"keep": False, "why": "analysis gave no verdict (%r): %s" % (verdict, reason)}
+
+
+def digest(result, seconds=None):
+    """What the report keeps of a canary_analysis result: its verdict, reason, checks, requests
+    and causes, the hosts of its canary and baseline, and the seconds it took (no samples)."""
+    result = result if isinstance(result, dict) else {}
+    out = dict((k, result.get(k)) for k in _DIGEST_KEYS)
+    for side in ("canary", "baseline"):
+        hosts = []
+        for t in result.get("targets") or []:
+            if isinstance(t, dict) and t.get("side") == side and t.get("host") not in hosts:
+                hosts.append(t.get("host"))
+        out["%s_hosts" % side] = hosts
+    out["seconds"] = seconds
+    return out
+
+
+def failed_checks(analysis):
+    """The failed checks of a digest, each as 'metric: the module's why' (its numbers)."""
+    return ["%s: %s" % (c.get("metric"), c.get("why")) for c in (analysis or {}).get("checks") or []
+            if isinstance(c, dict) and c.get("result") == "fail"]

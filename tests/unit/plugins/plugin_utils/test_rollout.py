@@ -1,0 +1,142 @@
+"""The deploy's analysis under traffic: its sides, its decision and its report line (_rollout, the
+analysis_sides and analysis_outcome filters, _report.deploy_lines), on results the real analysis
+gives for recorded vLLM 0.32 CPU pairs (tests/fixtures/metrics canary-*)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kvfleet.vllm.plugins.filter.analysis_outcome import FilterModule as OutcomeFilters
+from ansible_collections.kvfleet.vllm.plugins.filter.analysis_sides import FilterModule as SidesFilters
+from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import analyse
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._report import deploy_lines
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import RolloutError, action, sides
+from ansible_collections.kvfleet.vllm.tests.unit import fixtures
+
+analysis_sides = SidesFilters().filters()["analysis_sides"]
+analysis_outcome = OutcomeFilters().filters()["analysis_outcome"]
+
+
+def rec(host, name="main", port=8000, **extra):
+    return dict({"name": name, "url": "http://%s:%d" % (host, port), "max_num_seqs": 4,
+                 "limits": {"max_num_seqs": 4, "max_model_len": 1024}}, **extra)
+
+
+def row(host, outcome="untouched", batch=None, **extra):
+    return dict({"host": host, "outcome": outcome, "batch": batch, "left_drained": None,
+                 "before": {"version": "0.32.0", "instances": [rec(host)]}}, **extra)
+
+
+def fleet(*rows):
+    return list(rows)
+
+
+def test_the_baseline_is_every_serving_host_not_changed_yet():
+    hosts = fleet(row("n1", batch=1), row("n2"), row("n3"), row("n4", batch=1))
+    hosts[0]["after"] = {"instances": [rec("n1")]}
+    out = sides(hosts, "n1")
+    assert [t["name"] for t in out["canary"]] == ["n1/main"]
+    # n4 is in the canary's own batch: it is changing too
+    assert out["baseline_hosts"] == ["n2", "n3"] and out["baseline_kind"] == "unchanged"
+    assert out["canary"][0] == {"name": "n1/main", "host": "n1", "url": "http://n1:8000", "max_num_seqs": 4,
+                                "max_model_len": 1024}
+
+
+def test_a_drained_host_is_no_baseline_and_the_last_batch_is_judged_against_the_verified_ones():
+    hosts = fleet(row("n1", outcome="upgraded", batch=1, after={"instances": [rec("n1", port=9000)]},
+                      analysis={"verdict": "pass"}),
+                  row("n2", outcome="rolled back", batch=2),
+                  row("n3", left_drained={"by": "deploy"}),
+                  row("n4", batch=3, after={"instances": [rec("n4")]}))
+    out = sides(hosts, "n4")
+    # n3 is out of the load balancer, n2 failed: only n1 serves, with what it runs now
+    assert out["baseline_hosts"] == ["n1"] and out["baseline_kind"] == "verified"
+    assert out["baseline"][0]["url"] == "http://n1:9000"
+    # nobody left: the absolute limits apply (the module's mode 'absolute')
+    hosts[0]["analysis"] = {"verdict": "inconclusive"}
+    assert sides(hosts, "n4")["baseline"] == [] and sides(hosts, "n4")["baseline_kind"] == "none"
+
+
+def test_loopback_instances_of_other_hosts_are_refused_by_name():
+    hosts = fleet(row("n1", batch=1, after={"instances": [rec("127.0.0.1")]}), row("n2"))
+    with pytest.raises(RolloutError, match=r"localhost \(vllm_deploy_analysis_from\), which cannot reach "
+                                           r"n1's instance main listens on 127\.0\.0\.1 only"):
+        sides(hosts, "n1")
+    # sampled on the canary itself, its own loopback is reachable; n2's is not
+    hosts[1]["before"]["instances"] = [rec("localhost")]
+    with pytest.raises(RolloutError, match="n2's instance main listens on localhost only"):
+        sides(hosts, "n1", analysis_from="n1")
+    hosts[1]["before"]["instances"] = [rec("10.0.0.2")]
+    assert sides(hosts, "n1", analysis_from="n1")["baseline_hosts"] == ["n2"]
+
+
+def test_a_serving_group_member_or_a_ray_node_cannot_be_a_canary():
+    hosts = fleet(row("n1", batch=1, after={"instances": [rec("n1", group={"size": 2}), {"name": "ray", "url": None}]}),
+                  row("n2", before={"instances": [rec("n2", group={"size": 2})]}))
+    with pytest.raises(RolloutError, match="n1 has no instance the analysis can sample"):
+        sides(hosts, "n1")
+    # the group member is no baseline either
+    hosts[0]["after"]["instances"].append(rec("n1", name="solo", port=8001))
+    assert sides(hosts, "n1")["baseline"] == []
+
+
+def test_the_filter_takes_the_canary_records_and_the_keys_by_host():
+    rows = [row("n1", batch=1), row("n2")]
+    out = analysis_sides(rows, host="n1", records=[rec("n1", port=8100)], api_keys={"n1": "k1", "n2": ""})
+    assert out["canary"][0]["url"] == "http://n1:8100" and out["canary"][0]["api_key"] == "k1"
+    assert "api_key" not in out["baseline"][0]
+    with pytest.raises(AnsibleFilterError, match="n9 is not a host of this deploy"):
+        analysis_sides(rows, host="n9", records=[])
+
+
+def result_of(name, **kwargs):
+    """canary_analysis's result for a recorded pair, as the module computes it."""
+    canary, baseline = fixtures.replay(name + "-canary"), fixtures.replay(name + "-baseline")
+    out = analyse([{"name": "n1/main", "samples": copy.deepcopy(canary), "limits": {"max_num_seqs": 16}}],
+                  [{"name": "n2/main", "samples": copy.deepcopy(baseline), "limits": {}}], **kwargs)
+    for t in out["targets"]:
+        t["host"] = t["name"].split("/")[0]
+    return out
+
+
+def test_a_failed_analysis_rolls_back_and_the_summary_shows_the_failed_check():
+    out = analysis_outcome(result_of("canary-small-kv"), seconds=61.5)
+    assert out["keep"] is False and out["why"].startswith("analysis failed: ")
+    a = out["analysis"]
+    assert a["verdict"] == "fail" and a["canary_hosts"] == ["n1"] and a["baseline_hosts"] == ["n2"]
+    assert a["seconds"] == 61.5 and "samples" not in a
+    r = dict(row("n1", outcome="rolled back", batch=1), analysis=a, failed_stage="analyse", detail="x")
+    lines = deploy_lines([r, row("n2")])
+    line = [ln for ln in lines if ln.startswith("  n1 analysis")][0]
+    # the canary's and the baseline's numbers of the failed check, whole
+    assert "analysis fail against n2 (65 and 84 requests): preemptions_per_request: 0.446, above the limit" in line
+    assert "(baseline 0)" in line
+    assert lines[-1] == "1 rolled back, 1 untouched"
+
+
+def test_the_same_flags_pass_and_are_kept():
+    out = analysis_outcome(result_of("canary-same"))
+    assert out["keep"] is True and out["analysis"]["verdict"] == "pass"
+    lines = deploy_lines([dict(row("n1", outcome="upgraded", batch=1), analysis=out["analysis"])])
+    assert any(ln.startswith("  n1 analysis pass against n2 (") for ln in lines)
+
+
+@pytest.mark.parametrize("policy, canary_batch, keep", [
+    ("fail_canary", True, False), ("fail_canary", False, True),
+    ("fail", False, False), ("pass", True, True)])
+def test_an_inconclusive_window_does_what_the_policy_says(policy, canary_batch, keep):
+    result = result_of("canary-small-kv", min_requests=10 ** 6)
+    assert result["verdict"] == "inconclusive"
+    out = action(result, inconclusive=policy, canary_batch=canary_batch)
+    assert out["keep"] is keep
+    assert ("rolled back" if not keep else "kept") in out["why"] and policy in out["why"]
+
+
+def test_no_verdict_or_a_bad_policy_is_never_kept():
+    assert action({}, "pass")["keep"] is False
+    with pytest.raises(AnsibleFilterError, match="vllm_deploy_analysis_inconclusive must be one of fail_canary, fail, pass"):
+        analysis_outcome({"verdict": "pass"}, inconclusive="maybe")
