@@ -10,7 +10,7 @@ from __future__ import annotations
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import finite, history_series
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import failed_checks
 
-__all__ = ["COLOURS", "COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "charts_html", "deploy_lines", "diagnosis_rows",
+__all__ = ["COLOURS", "COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "analysis_charts_html", "charts_html", "deploy_lines", "diagnosis_rows",
            "end_rows", "kv_sizing", "svg_chart", "table_lines"]
 
 COLUMNS = (("HOST", 20), ("INSTANCE", 10), ("VERSION", 9), ("VERDICT", 10), ("CAUSES", 36),
@@ -166,6 +166,24 @@ def charts_html(row):
     if any(_is_number(p.get("ttft_p90")) for p in points):
         charts.append(svg_chart("TTFT p90", points, [("ttft_p90", "p90")], 1, " s"))
     return '<div class="charts"><div class="caption">%s</div>%s</div>' % (_esc(caption), "".join(charts))
+
+
+def analysis_charts_html(analysis):
+    """The deploy report's charts of one host's analysis under traffic: the canary against the
+    baseline (each side's mean over its servers) over the window: KV usage, running and waiting
+    requests, preemptions since the window began. '' without a series."""
+    points = (analysis or {}).get("series") or [] if isinstance(analysis, dict) else []
+    if not points:
+        return ""
+    sides = [("canary", "canary"), ("baseline", "baseline")]
+    span = points[-1]["t"] - points[0]["t"] if len(points) > 1 else 0
+    charts = [svg_chart("KV usage", points, [("kv_" + k, label) for k, label in sides], 100, "%", 100),
+              svg_chart("running", points, [("running_" + k, label) for k, label in sides]),
+              svg_chart("waiting", points, [("waiting_" + k, label) for k, label in sides]),
+              svg_chart("preemptions", points, [("preempt_" + k, label) for k, label in sides])]
+    return '<div class="charts"><div class="caption">%s</div>%s</div>' % (
+        _esc("analysis window: %d samples over %.0f s, canary against baseline" % (len(points), span)),
+        "".join(charts))
 
 
 def table_lines(rows):

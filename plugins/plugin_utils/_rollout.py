@@ -152,11 +152,52 @@ def action(result, inconclusive="fail_canary", canary_batch=True):
     return {"keep": False, "why": "analysis gave no verdict (%r): %s" % (verdict, reason)}
 
 
+# the series of the deploy report's charts: (its key, the snapshot's key)
+_SERIES = (("kv", "kv_cache_usage"), ("running", "requests_running"), ("waiting", "requests_waiting"))
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def series(samples):
+    """The deploy report's charts of one analysis: per sample index, each side's mean KV cache
+    usage, running and waiting requests over its servers, and its preemptions since the first
+    sample (summed), at seconds from the first canary sample. samples: the module's 'samples'
+    ({side: {server: [snapshots]}})."""
+    samples = samples if isinstance(samples, dict) else {}
+    runs = dict((side, [list(v) for v in (samples.get(side) or {}).values() if isinstance(v, list)])
+                for side in ("canary", "baseline"))
+    times = [s.get("time") for run in runs["canary"] for s in run[:1] if _number(s.get("time"))]
+    t0 = min(times) if times else None
+    length = max([len(run) for side in runs.values() for run in side] or [0])
+    points = []
+    for i in range(length):
+        point = {}
+        for side, run_list in runs.items():
+            snaps = [run[i] for run in run_list if i < len(run) and isinstance(run[i], dict)]
+            if side == "canary" and snaps and _number(snaps[0].get("time")) and t0 is not None:
+                point["t"] = round(snaps[0]["time"] - t0, 1)
+            for key, field in _SERIES:
+                values = [s[field] for s in snaps if _number(s.get(field))]
+                point["%s_%s" % (key, side)] = round(sum(values) / len(values), 4) if values else None
+            total = 0
+            for run in run_list:
+                if i < len(run) and _number(run[i].get("preemptions_total")) and _number(run[0].get("preemptions_total")):
+                    total += max(run[i]["preemptions_total"] - run[0]["preemptions_total"], 0)
+            point["preempt_%s" % side] = total
+        if "t" in point:
+            points.append(point)
+    return points
+
+
 def digest(result, seconds=None):
     """What the report keeps of a canary_analysis result: its verdict, reason, checks, requests
-    and causes, the hosts of its canary and baseline, and the seconds it took (no samples)."""
+    and causes, the hosts of its canary and baseline, the seconds it took, and the charts'
+    series (series(); not the samples themselves)."""
     result = result if isinstance(result, dict) else {}
     out = dict((k, result.get(k)) for k in _DIGEST_KEYS)
+    out["series"] = series(result.get("samples"))
     for side in ("canary", "baseline"):
         hosts = []
         for t in result.get("targets") or []:

@@ -10,6 +10,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvfleet.vllm.plugins.filter.analysis_charts import FilterModule as ChartFilters
 from ansible_collections.kvfleet.vllm.plugins.filter.analysis_outcome import FilterModule as OutcomeFilters
 from ansible_collections.kvfleet.vllm.plugins.filter.analysis_sides import FilterModule as SidesFilters
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import analyse
@@ -19,6 +20,7 @@ from ansible_collections.kvfleet.vllm.tests.unit import fixtures
 
 analysis_sides = SidesFilters().filters()["analysis_sides"]
 analysis_outcome = OutcomeFilters().filters()["analysis_outcome"]
+analysis_charts = ChartFilters().filters()["analysis_charts"]
 
 
 def rec(host, name="main", port=8000, **extra):
@@ -140,3 +142,18 @@ def test_no_verdict_or_a_bad_policy_is_never_kept():
     assert action({}, "pass")["keep"] is False
     with pytest.raises(AnsibleFilterError, match="vllm_deploy_analysis_inconclusive must be one of fail_canary, fail, pass"):
         analysis_outcome({"verdict": "pass"}, inconclusive="maybe")
+
+
+def test_the_report_charts_the_canary_against_the_baseline_over_the_window():
+    canary, baseline = fixtures.replay("canary-small-kv-canary"), fixtures.replay("canary-small-kv-baseline")
+    result = dict(result_of("canary-small-kv"), samples={"canary": {"n1/main": canary}, "baseline": {"n2/main": baseline}})
+    points = analysis_outcome(result)["analysis"]["series"]
+    assert len(points) == 20 and points[0]["t"] == 0 and points[-1]["t"] == round(canary[-1]["time"] - canary[0]["time"], 1)
+    # the same counters the check read: 29 preemptions on the canary, none on the baseline
+    assert points[-1]["preempt_canary"] == 29 and points[-1]["preempt_baseline"] == 0
+    assert points[3]["kv_canary"] == round(canary[3]["kv_cache_usage"], 4)
+    # the small cache fills up, the baseline's stays below half
+    assert max(p["kv_canary"] for p in points) == 1.0 and max(p["kv_baseline"] for p in points) < 0.5
+    html = analysis_charts(analysis_outcome(result)["analysis"])
+    assert html.count("<svg") == 4 and "canary against baseline" in html and "<script" not in html
+    assert analysis_charts({"verdict": "pass"}) == "" and analysis_charts(None) == ""
