@@ -12,8 +12,8 @@ version_added: 0.4.0
 description:
   - From one host's C(analysis) in the kvfleet.vllm.deploy report (its C(series)), four line charts
     as inline SVG (no script, no external asset), each with the canary and the baseline over the
-    analysis window: KV cache usage, running requests, waiting requests, and preemptions since
-    the window began. Each side is the mean (the sum, for preemptions) over its servers.
+    analysis window (KV cache usage, running requests, waiting requests, and preemptions since
+    the window began); each side is the mean (the sum, for preemptions) over its servers.
   - An empty string when the analysis has no series.
 options:
   _input:
