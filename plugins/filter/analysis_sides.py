@@ -41,6 +41,11 @@ options:
     description: The host the module runs on (C(vllm_deploy_analysis_from)).
     type: str
     default: localhost
+  batch_records:
+    description: The instance records now of every host analysed in this batch, by host name; their
+      targets are returned as C(batch_canary) (the analysis load sends to them and the baseline).
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
@@ -57,7 +62,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C(canary) and C(baseline) (targets of M(kvfleet.vllm.canary_analysis)), C(baseline_hosts),
+  description: C(canary), C(batch_canary) and C(baseline) (targets of M(kvfleet.vllm.canary_analysis)), C(baseline_hosts),
     and C(baseline_kind) (C(unchanged), C(verified) or C(none)).
   type: dict
 """
@@ -67,7 +72,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import RolloutError, sides
 
 
-def _analysis_sides(rows, host, records, api_keys=None, analysis_from="localhost"):
+def _analysis_sides(rows, host, records, api_keys=None, analysis_from="localhost", batch_records=None):
     api_keys = api_keys or {}
     hosts = []
     for row in rows or []:
@@ -78,7 +83,7 @@ def _analysis_sides(rows, host, records, api_keys=None, analysis_from="localhost
             h["after"] = {"instances": list(records or [])}
         hosts.append(h)
     try:
-        return sides(hosts, host, analysis_from=analysis_from)
+        return sides(hosts, host, analysis_from=analysis_from, batch_records=batch_records)
     except RolloutError as exc:
         raise AnsibleFilterError(str(exc))
 

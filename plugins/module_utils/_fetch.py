@@ -151,14 +151,16 @@ def _post(url, **kwargs):
     return Request().open("POST", url, **kwargs)
 
 
-def make_poster(module):
-    """post(path, body dict) -> Response: a JSON POST to the module's url with its connection
-    options, bounded like fetch (one deadline, capped body, no redirect followed)."""
+def make_poster(module, target=None):
+    """post(path, body dict) -> Response: a JSON POST to the module's url (or to `target`'s, as
+    make_fetcher) with its connection options, bounded like fetch (one deadline, capped body, no
+    redirect followed)."""
     params = module.params
     headers = {"Accept": "application/json, text/plain", "Content-Type": "application/json"}
-    if params.get("api_key"):
-        headers["Authorization"] = "Bearer %s" % params["api_key"]
-    base = params["url"].rstrip("/")
+    api_key = (target or params).get("api_key")
+    if api_key:
+        headers["Authorization"] = "Bearer %s" % api_key
+    base = (target or params)["url"].rstrip("/")
     timeout, limit = params["timeout"], params["max_body_bytes"]
 
     def post(path, body):

@@ -69,7 +69,7 @@ def unreachable(host, records, analysis_from):
             for r in _analysable(records) if _loopback(r["url"])]
 
 
-def sides(hosts, canary_host, analysis_from="localhost"):
+def sides(hosts, canary_host, analysis_from="localhost", batch_records=None):
     """The canary and the baseline of canary_host's analysis.
 
     hosts: one dict per host of the play, in the inventory's order: 'host', 'outcome' (the row's
@@ -79,7 +79,9 @@ def sides(hosts, canary_host, analysis_from="localhost"):
     that has not changed yet and serves (outcome untouched, not drained, not in canary_host's
     batch), with what it ran before; when there is none (the last batch), the hosts this run
     already verified, with what they run now.
-    -> {'canary': targets, 'baseline': targets, 'baseline_hosts': names, 'baseline_kind':
+    batch_records: {host: its instance records now}, the hosts analysed in canary_host's batch.
+    -> {'canary': targets, 'batch_canary': targets of batch_records, 'baseline': targets,
+    'baseline_hosts': names, 'baseline_kind':
     'unchanged' | 'verified' | 'none'}; raises RolloutError for an instance analysis_from cannot
     reach, or a canary without one it can sample."""
     by_host = dict((h.get("host"), h) for h in hosts)
@@ -122,6 +124,9 @@ def sides(hosts, canary_host, analysis_from="localhost"):
             "reaches them, or set vllm_deploy_analysis_seconds: 0" % (analysis_from, "; ".join(problems)))
     return {
         "canary": [_target(canary_host, r, me.get("api_key")) for r in canary_records],
+        # every host of the batch analysed with it (batch_records), for a load sent to all of them
+        "batch_canary": [_target(h, r, (by_host.get(h) or {}).get("api_key"))
+                         for h, recs in sorted((batch_records or {}).items()) for r in _analysable(recs)],
         "baseline": [_target(h["host"], r, h.get("api_key")) for h, recs in chosen for r in recs],
         "baseline_hosts": [h["host"] for h, _recs in chosen],
         "baseline_kind": kind,

@@ -157,3 +157,13 @@ def test_the_report_charts_the_canary_against_the_baseline_over_the_window():
     html = analysis_charts(analysis_outcome(result)["analysis"])
     assert html.count("<svg") == 4 and "canary against baseline" in html and "<script" not in html
     assert analysis_charts({"verdict": "pass"}) == "" and analysis_charts(None) == ""
+
+
+def test_the_load_goes_to_every_host_analysed_in_the_batch_and_the_baseline():
+    hosts = fleet(row("n1", batch=2), row("n2", batch=2), row("n3"), row("n0", outcome="upgraded", batch=1))
+    out = analysis_sides(hosts, host="n1", records=[rec("n1")], api_keys={"n2": "k2"},
+                         batch_records={"n2": [rec("n2")], "n1": [rec("n1")]})
+    assert [t["name"] for t in out["batch_canary"]] == ["n1/main", "n2/main"]
+    assert out["batch_canary"][1]["api_key"] == "k2"
+    assert out["baseline_hosts"] == ["n3"]
+    assert analysis_sides(hosts, host="n1", records=[rec("n1")])["batch_canary"] == []
