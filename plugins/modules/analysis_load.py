@@ -17,7 +17,7 @@ description:
     that cap is not sent and is counted as C(skipped), so a slow server shows as slow instead
     of pulling the load down.
   - Made for M(kvfleet.vllm.canary_analysis) when no users are there (a deploy at night). The
-    P(kvfleet.vllm.deploy#playbook) playbook runs it beside the analysis, only against the canary and
+    C(kvfleet.vllm.deploy) playbook runs it beside the analysis, only against the canary and
     the baseline, with C(vllm_deploy_analysis_load) (docs/canary-analysis.md).
   - Every request asks for O(max_tokens) tokens with C(ignore_eos), at a temperature of 1; an
     answer other than HTTP 200 with that many tokens counts as C(failed).
