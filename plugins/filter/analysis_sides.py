@@ -14,6 +14,8 @@ description:
     M(kvfleet.vllm.canary_analysis) judges for one changed host (the canary, what it runs now)
     and the servers it is judged against (the baseline, every other serving host that has not
     changed yet, with what it ran before; for the last batch, the hosts already verified).
+  - Each instance is reached as a router reaches it (an instance bound to one address there, one
+    bound to every address at its host's O(addresses) entry), with its record's scheme.
   - Fails, naming the host and the instance, when O(analysis_from) cannot reach an instance (bound
     to loopback on another host), and for a canary without an instance it can sample.
   - The returned targets hold the API keys; pass them to the module only (its O(canary[].api_key)
@@ -41,6 +43,12 @@ options:
     description: The host the module runs on (C(vllm_deploy_analysis_from)).
     type: str
     default: localhost
+  addresses:
+    description: Where each host's instances bound to every address are reached, by host name
+      (C(vllm_router_backend_address), else C(ansible_host), as the router hook reaches them); the
+      host's name where missing. An instance bound to one address is reached there.
+    type: dict
+    default: {}
   batch_records:
     description: The instance records now of every host analysed in this batch, by host name; their
       targets are returned as C(batch_canary) (the analysis load sends to them and the baseline).
@@ -72,13 +80,13 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import RolloutError, sides
 
 
-def _analysis_sides(rows, host, records, api_keys=None, analysis_from="localhost", batch_records=None):
-    api_keys = api_keys or {}
+def _analysis_sides(rows, host, records, api_keys=None, analysis_from="localhost", batch_records=None, addresses=None):
+    api_keys, addresses = api_keys or {}, addresses or {}
     hosts = []
     for row in rows or []:
         if not isinstance(row, dict):
             continue
-        h = dict(row, api_key=api_keys.get(row.get("host")) or "")
+        h = dict(row, api_key=api_keys.get(row.get("host")) or "", address=addresses.get(row.get("host")) or "")
         if h.get("host") == host:
             h["after"] = {"instances": list(records or [])}
         hosts.append(h)

@@ -11,26 +11,17 @@ functions over plain data; plugins/filter/deploy_analysis.py reads the play's fa
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._router import RouterError, reach
 
 # outcomes of a host that serves what it was verified with (tasks/deploy_keep.yml)
 SERVING = ("upgraded", "restarted", "resumed", "unchanged")
 INCONCLUSIVE_POLICIES = ("fail_canary", "fail", "pass")
-_LOOPBACK_NAMES = ("localhost", "::1")
 # the module's result, as the report keeps it (no samples: they are the analysis's raw data)
 _DIGEST_KEYS = ("verdict", "reason", "mode", "checks", "requests", "causes", "window_seconds")
 
 
 class RolloutError(ValueError):
     """A setting or a host the analysis cannot work with; the message names it."""
-
-
-def _loopback(url):
-    try:
-        name = (urlsplit(url).hostname or "").lower()
-    except ValueError:
-        return False
-    return name in _LOOPBACK_NAMES or name.startswith("127.")
 
 
 def _analysable(records):
@@ -46,9 +37,9 @@ def _instances(record):
     return record if isinstance(record, list) else []
 
 
-def _target(host, record, api_key):
+def _target(host, record, api_key, url):
     limits = record.get("limits") or {}
-    target = {"name": "%s/%s" % (host, record.get("name")), "host": host, "url": record["url"]}
+    target = {"name": "%s/%s" % (host, record.get("name")), "host": host, "url": url}
     if api_key:
         target["api_key"] = api_key
     for key, value in (("max_num_seqs", record.get("max_num_seqs") or limits.get("max_num_seqs")),
@@ -60,13 +51,13 @@ def _target(host, record, api_key):
     return target
 
 
-def unreachable(host, records, analysis_from):
-    """The words for each of a host's analysable instances that analysis_from cannot reach (bound
-    to loopback on another host); [] when all can be sampled."""
-    if analysis_from == host:
-        return []
-    return ["%s's instance %s listens on %s only" % (host, r.get("name"), urlsplit(r["url"]).hostname)
-            for r in _analysable(records) if _loopback(r["url"])]
+def _url(host, record, address, analysis_from):
+    """The URL analysis_from reaches the instance at (as a router does, _router.reach), with the
+    record's scheme."""
+    scheme = "https" if record.get("tls") or str(record.get("url", "")).startswith("https:") else "http"
+    where = reach(record, address or host, host=host, same_host=analysis_from == host,
+                  who="the analysis host, %s (vllm_deploy_analysis_from)," % analysis_from)
+    return "%s://%s:%d" % (scheme, where, record["port"])
 
 
 def sides(hosts, canary_host, analysis_from="localhost", batch_records=None):
@@ -75,7 +66,8 @@ def sides(hosts, canary_host, analysis_from="localhost", batch_records=None):
     hosts: one dict per host of the play, in the inventory's order: 'host', 'outcome' (the row's
     outcome so far), 'batch' (its batch, None before it is reached), 'before' and 'after' (the
     instance records it ran before the deploy, and runs now), 'drained' (left out of the load
-    balancer), 'api_key'. The canary is canary_host's 'after'. The baseline is every other host
+    balancer), 'api_key', 'address' (where an instance bound to every address is reached, as a
+    router reaches it; the host's name when empty). The canary is canary_host's 'after'. The baseline is every other host
     that has not changed yet and serves (outcome untouched, not drained, not in canary_host's
     batch), with what it ran before; when there is none (the last batch), the hosts this run
     already verified, with what they run now.
@@ -93,8 +85,6 @@ def sides(hosts, canary_host, analysis_from="localhost", batch_records=None):
         raise RolloutError("%s has no instance the analysis can sample (a serving group member, or a Ray "
                            "node, is judged by its gate alone): set vllm_deploy_analysis_seconds: 0 for it"
                            % canary_host)
-    problems = unreachable(canary_host, canary_records, analysis_from)
-
     def others(pick, records_key):
         chosen = []
         for h in hosts:
@@ -115,22 +105,31 @@ def sides(hosts, canary_host, analysis_from="localhost", batch_records=None):
             and (h.get("analysis") or {}).get("verdict") in (None, "pass"), "after")
     if not chosen:
         kind = "none"
-    for h, recs in chosen:
-        problems += unreachable(h["host"], recs, analysis_from)
-    if problems:
-        raise RolloutError(
-            "the deploy's analysis samples every instance from %s (vllm_deploy_analysis_from), which cannot "
-            "reach %s: bind the instances to an address it reaches (vllm_server_host), sample from a host that "
-            "reaches them, or set vllm_deploy_analysis_seconds: 0" % (analysis_from, "; ".join(problems)))
-    return {
-        "canary": [_target(canary_host, r, me.get("api_key")) for r in canary_records],
+    problems = []
+
+    def targets(host, records):
+        out = []
+        for r in records:
+            try:
+                out.append(_target(host, r, (by_host.get(host) or {}).get("api_key"),
+                                   _url(host, r, (by_host.get(host) or {}).get("address"), analysis_from)))
+            except RouterError as exc:
+                problems.append(str(exc))
+        return out
+
+    result = {
+        "canary": targets(canary_host, canary_records),
         # every host of the batch analysed with it (batch_records), for a load sent to all of them
-        "batch_canary": [_target(h, r, (by_host.get(h) or {}).get("api_key"))
-                         for h, recs in sorted((batch_records or {}).items()) for r in _analysable(recs)],
-        "baseline": [_target(h["host"], r, h.get("api_key")) for h, recs in chosen for r in recs],
+        "batch_canary": [t for h, recs in sorted((batch_records or {}).items()) for t in targets(h, _analysable(recs))],
+        "baseline": [t for h, recs in chosen for t in targets(h["host"], recs)],
         "baseline_hosts": [h["host"] for h, _recs in chosen],
         "baseline_kind": kind,
     }
+    if problems:
+        raise RolloutError(
+            "the analysis samples every instance from %s (vllm_deploy_analysis_from): %s; or set "
+            "vllm_deploy_analysis_seconds: 0" % (analysis_from, "; ".join(problems)))
+    return result
 
 
 def action(result, inconclusive="fail_canary", canary_batch=True):

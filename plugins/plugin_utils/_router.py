@@ -2,7 +2,7 @@
 # Copyright (c) kvfleet.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The URLs a router reaches a host's vLLM instances at (docs/router.md).
+"""The URLs a router (or the deploy's analysis) reaches a host's vLLM instances at (docs/router.md).
 
 One definition for the router role (its --worker-urls) and for the deploy's drain and undrain
 (the URLs it removes from and adds to a running router): vllm-router answers 200 to the removal
@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-__all__ = ["RouterError", "backend_urls", "address_ok"]
+__all__ = ["RouterError", "backend_urls", "address_ok", "reach"]
 
 _ANY = ("", "0.0.0.0", "::", None)
 # The records come from other hosts (their deployment records, written there): untrusted. What
@@ -56,50 +56,56 @@ def _host_part(address):
     return "[%s]" % address if ":" in address and not address.startswith("[") else address
 
 
+def reach(rec, address, host="", same_host=False, who="a router on another host"):
+    """The host part of the URL a client reaches one instance record (the server role's deployment
+    record: name, port, bind) at: an instance bound to one address there, one bound to every
+    address at `address` (the host's address as the client sees it). A loopback-bound instance is
+    reachable only from the same host (`same_host`); `who` names the client in the error."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
+        raise RouterError("%s: an instance record is not a dict with a name: %r" % (host, rec))
+    name = rec["name"]
+    if not _NAME.fullmatch(name):
+        raise RouterError("%s: an instance record's name is not an instance name (lower-case letters, "
+                          "digits, '-', '_'; got %r)" % (host, name))
+    port = rec.get("port")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise RouterError("%s: instance %s has no valid port (got %r)" % (host, name, port))
+    bind = rec.get("bind")
+    if bind in _ANY:
+        if not isinstance(address, str) or not address.strip():
+            raise RouterError("%s: no address to reach instance %s at (vllm_router_backend_address, "
+                              "ansible_host or the inventory name)" % (host, name))
+        where = address.strip()
+        if not address_ok(where):
+            raise RouterError("%s: the address to reach instance %s at (vllm_router_backend_address, "
+                              "ansible_host or the inventory name) is not an IP address or a DNS name: %r"
+                              % (host, name, address))
+    elif not address_ok(bind):
+        raise RouterError("%s: instance %s: its record's bind is not an IP address or a DNS name: %r"
+                          % (host, name, bind))
+    elif _loopback(bind):
+        if not same_host:
+            raise RouterError("%s: instance %s listens on %s only: %s cannot reach it (bind it to the "
+                              "host's address, with an API key)" % (host, name, bind, who))
+        where = "127.0.0.1" if bind == "localhost" else str(bind).strip("[]")
+    else:
+        where = str(bind)
+    return _host_part(where)
+
+
 def backend_urls(records, address, host="", same_host=False):
     """One URL per instance record (the server role's deployment record: name, port, bind, url,
-    tls). An instance bound to one address is reached there; one bound to every address at
-    `address` (the host's address as the router sees it). TLS instances are refused: vllm-router
-    0.1.17 has no option for a CA or a client certificate. A loopback-bound instance is reachable
-    only from a router on the same host (`same_host`)."""
+    tls), reached as reach() says. TLS instances are refused: vllm-router 0.1.17 has no option for
+    a CA or a client certificate."""
     if not isinstance(records, list) or not records:
         raise RouterError("%s: no vLLM instances (its deployment record or the server role's "
                           "instance model lists none)" % host)
     urls = []
     for rec in records:
-        if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
-            raise RouterError("%s: an instance record is not a dict with a name: %r" % (host, rec))
-        name = rec["name"]
-        if not _NAME.fullmatch(name):
-            raise RouterError("%s: an instance record's name is not an instance name (lower-case letters, "
-                              "digits, '-', '_'; got %r)" % (host, name))
-        port = rec.get("port")
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise RouterError("%s: instance %s has no valid port (got %r)" % (host, name, port))
+        where = reach(rec, address, host=host, same_host=same_host)
         if rec.get("tls") or str(rec.get("url", "")).startswith("https:"):
             raise RouterError(
                 "%s: instance %s serves TLS; vllm-router 0.1.17 cannot verify a backend's certificate "
-                "authority or present a client certificate, so it cannot route to it" % (host, name))
-        bind = rec.get("bind")
-        if bind in _ANY:
-            if not isinstance(address, str) or not address.strip():
-                raise RouterError("%s: no address to reach instance %s at (vllm_router_backend_address, "
-                                  "ansible_host or the inventory name)" % (host, name))
-            where = address.strip()
-            if not address_ok(where):
-                raise RouterError("%s: the address to reach instance %s at (vllm_router_backend_address, "
-                                  "ansible_host or the inventory name) is not an IP address or a DNS name: %r"
-                                  % (host, name, address))
-        elif not address_ok(bind):
-            raise RouterError("%s: instance %s: its record's bind is not an IP address or a DNS name: %r"
-                              % (host, name, bind))
-        elif _loopback(bind):
-            if not same_host:
-                raise RouterError("%s: instance %s listens on %s only: a router on another host cannot "
-                                  "reach it (bind it to the host's address, with an API key)"
-                                  % (host, name, bind))
-            where = "127.0.0.1" if bind == "localhost" else str(bind).strip("[]")
-        else:
-            where = str(bind)
-        urls.append("http://%s:%d" % (_host_part(where), port))
+                "authority or present a client certificate, so it cannot route to it" % (host, rec["name"]))
+        urls.append("http://%s:%d" % (where, rec["port"]))
     return urls

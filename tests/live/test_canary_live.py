@@ -9,6 +9,7 @@ time of 150 prompt words and 100 tokens, as the canary-* captures of tests/fixtu
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -122,3 +123,29 @@ def test_a_kv_cache_too_small_fails_naming_the_metric(canaries, idle_server):
     assert any(metric in result["reason"] for metric in ("preemptions_per_request", "kv_usage"))
     assert "kv_cache_exhausted" in [c["id"] for c in result["causes"]]
     print("small cache: %s (%.1fs with the ansible CLI)" % (result["reason"], seconds))
+
+
+def test_the_analysis_load_makes_a_quiet_window_conclusive(canaries, idle_server):
+    """No users: kvfleet.vllm.analysis_load (the deploy's vllm_deploy_analysis_load) sends the same
+    bounded load to the canary and the baseline while the analysis samples them."""
+    same = canaries.get("same")
+    idle(same)
+    idle(idle_server)
+    load = {}
+    args = {"targets": [{"name": "canary", "url": same.url}, {"name": "baseline", "url": idle_server.url}],
+            "prompts": [" ".join(["def class return"] * 50)], "duration": 11, "rate": 4, "concurrency": 4,
+            "max_tokens": 16}
+    sender = threading.Thread(target=lambda: load.update(zip(("failed", "result"), run_module("analysis_load", args))))
+    sender.start()
+    try:
+        time.sleep(1)   # the window starts with requests in flight
+        failed, result, seconds = analyse(same, idle_server)
+    finally:
+        sender.join(120)
+    assert not load["failed"] and load["result"]["requests_failed"] == 0, load["result"]
+    per_target = dict((t["name"], t) for t in load["result"]["targets"])
+    assert per_target["canary"]["ok"] >= 20 and per_target["baseline"]["ok"] >= 20, per_target
+    assert not failed and result["verdict"] == "pass", result.get("reason") or result
+    assert result["requests"]["canary"] >= 20 and result["requests"]["baseline"] >= 20
+    print("analysis_load: %s sent, %s; %s (%.1fs)" % (load["result"]["requests_sent"], per_target, result["reason"], seconds))
+

@@ -24,7 +24,8 @@ analysis_charts = ChartFilters().filters()["analysis_charts"]
 
 
 def rec(host, name="main", port=8000, **extra):
-    return dict({"name": name, "url": "http://%s:%d" % (host, port), "max_num_seqs": 4,
+    """A deployment record's instance, bound to `host` (an address)."""
+    return dict({"name": name, "port": port, "bind": host, "url": "http://%s:%d" % (host, port), "max_num_seqs": 4,
                  "limits": {"max_num_seqs": 4, "max_model_len": 1024}}, **extra)
 
 
@@ -65,15 +66,28 @@ def test_a_drained_host_is_no_baseline_and_the_last_batch_is_judged_against_the_
 
 def test_loopback_instances_of_other_hosts_are_refused_by_name():
     hosts = fleet(row("n1", batch=1, after={"instances": [rec("127.0.0.1")]}), row("n2"))
-    with pytest.raises(RolloutError, match=r"localhost \(vllm_deploy_analysis_from\), which cannot reach "
-                                           r"n1's instance main listens on 127\.0\.0\.1 only"):
+    with pytest.raises(RolloutError, match=r"the analysis samples every instance from localhost \(vllm_deploy_analysis_from\): "
+                                           r"n1: instance main listens on 127\.0\.0\.1 only: the analysis host, localhost "
+                                           r"\(vllm_deploy_analysis_from\), cannot reach it"):
         sides(hosts, "n1")
     # sampled on the canary itself, its own loopback is reachable; n2's is not
     hosts[1]["before"]["instances"] = [rec("localhost")]
-    with pytest.raises(RolloutError, match="n2's instance main listens on localhost only"):
+    with pytest.raises(RolloutError, match="n2: instance main listens on localhost only"):
         sides(hosts, "n1", analysis_from="n1")
     hosts[1]["before"]["instances"] = [rec("10.0.0.2")]
-    assert sides(hosts, "n1", analysis_from="n1")["baseline_hosts"] == ["n2"]
+    out = sides(hosts, "n1", analysis_from="n1")
+    assert out["baseline_hosts"] == ["n2"] and out["canary"][0]["url"] == "http://127.0.0.1:8000"
+
+
+def test_an_instance_on_every_address_is_reached_at_the_hosts_address_with_its_scheme():
+    hosts = fleet(row("n1", batch=1, after={"instances": [rec("0.0.0.0", tls={"ca": "x"})]}),
+                  row("n2", before={"instances": [rec("::", port=9000)]}))
+    out = analysis_sides(hosts, host="n1", records=[rec("0.0.0.0", tls={"ca": "x"})],
+                         addresses={"n1": "gpu-01.example.net", "n2": "fd00::2"})
+    assert out["canary"][0]["url"] == "https://gpu-01.example.net:8000"
+    assert out["baseline"][0]["url"] == "http://[fd00::2]:9000"
+    # without an address the inventory name is used, as the router hook does
+    assert analysis_sides(hosts, host="n1", records=[rec("0.0.0.0")])["baseline"][0]["url"] == "http://n2:9000"
 
 
 def test_a_serving_group_member_or_a_ray_node_cannot_be_a_canary():
