@@ -85,6 +85,7 @@ def sides(hosts, canary_host, analysis_from="localhost", batch_records=None):
         raise RolloutError("%s has no instance the analysis can sample (a serving group member, or a Ray "
                            "node, is judged by its gate alone): set vllm_deploy_analysis_seconds: 0 for it"
                            % canary_host)
+
     def others(pick, records_key):
         chosen = []
         for h in hosts:

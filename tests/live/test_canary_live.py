@@ -148,4 +148,3 @@ def test_the_analysis_load_makes_a_quiet_window_conclusive(canaries, idle_server
     assert not failed and result["verdict"] == "pass", result.get("reason") or result
     assert result["requests"]["canary"] >= 20 and result["requests"]["baseline"] >= 20
     print("analysis_load: %s sent, %s; %s (%.1fs)" % (load["result"]["requests_sent"], per_target, result["reason"], seconds))
-
