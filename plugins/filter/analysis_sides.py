@@ -27,14 +27,20 @@ options:
     elements: dict
     required: true
   host:
-    description: The changed host (the canary).
+    description: The changed host (the canary). Without it, O(planned) is checked instead.
     type: str
-    required: true
   records:
     description: The canary's instance records now (the server role's C(_server_records)).
     type: list
     elements: dict
-    required: true
+  planned:
+    description:
+      - Without O(host), before anything changes, in one pass over the play; the instances each host
+        to be analysed will run, by host name (the server role's instance model, C(_server_instances),
+        or records). The filter fails naming every instance of these hosts, and of the serving hosts
+        that may be a baseline, that O(analysis_from) cannot reach; otherwise it returns
+        C(checked), the hosts checked.
+    type: dict
   api_keys:
     description: Each host's API key (C(vllm_server_api_key)) by host name; empty for none.
     type: dict
@@ -77,20 +83,26 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import RolloutError, sides
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import RolloutError, check_reach, sides
 
 
-def _analysis_sides(rows, host, records, api_keys=None, analysis_from="localhost", batch_records=None, addresses=None):
+def _analysis_sides(rows, host=None, records=None, api_keys=None, analysis_from="localhost", batch_records=None,
+                    addresses=None, planned=None):
     api_keys, addresses = api_keys or {}, addresses or {}
     hosts = []
     for row in rows or []:
         if not isinstance(row, dict):
             continue
         h = dict(row, api_key=api_keys.get(row.get("host")) or "", address=addresses.get(row.get("host")) or "")
-        if h.get("host") == host:
+        if host is not None and h.get("host") == host:
             h["after"] = {"instances": list(records or [])}
         hosts.append(h)
     try:
+        if host is None:
+            # the instance model's entries carry their record ('record'); a record is taken as is
+            check_reach(hosts, dict((name, [i.get("record", i) for i in insts or [] if isinstance(i, dict)])
+                                    for name, insts in (planned or {}).items()), analysis_from=analysis_from)
+            return {"checked": sorted(planned or {})}
         return sides(hosts, host, analysis_from=analysis_from, batch_records=batch_records)
     except RolloutError as exc:
         raise AnsibleFilterError(str(exc))

@@ -60,6 +60,35 @@ def _url(host, record, address, analysis_from):
     return "%s://%s:%d" % (scheme, where, record["port"])
 
 
+def check_reach(hosts, planned, analysis_from="localhost"):
+    """Before anything changes: raise RolloutError naming every instance analysis_from would not
+    reach, of the hosts that will change (planned: {host: the instance records it will run}; a
+    first install and a serving group's member are not analysed) and of the serving hosts that may
+    be a baseline (their 'before'). One pass over the play."""
+    by_host = dict((h.get("host"), h) for h in hosts)
+    problems = []
+    for host, records in sorted((planned or {}).items()):
+        if not ((by_host.get(host) or {}).get("before") or {}).get("version"):
+            continue   # a first install is not analysed: nothing to roll it back to
+        for r in _analysable(records):
+            try:
+                _url(host, r, (by_host.get(host) or {}).get("address"), analysis_from)
+            except RouterError as exc:
+                problems.append(str(exc))
+    for h in hosts:
+        if h.get("left_drained") or h.get("host") in (planned or {}):
+            continue
+        for r in _analysable(_instances(h.get("before"))):
+            try:
+                _url(h.get("host"), r, h.get("address"), analysis_from)
+            except RouterError as exc:
+                problems.append(str(exc))
+    if problems:
+        raise RolloutError(
+            "the analysis samples every instance from %s (vllm_deploy_analysis_from): %s; or set "
+            "vllm_deploy_analysis_seconds: 0" % (analysis_from, "; ".join(problems)))
+
+
 def sides(hosts, canary_host, analysis_from="localhost", batch_records=None):
     """The canary and the baseline of canary_host's analysis.
 

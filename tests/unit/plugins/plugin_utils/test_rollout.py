@@ -181,3 +181,22 @@ def test_the_load_goes_to_every_host_analysed_in_the_batch_and_the_baseline():
     assert out["batch_canary"][1]["api_key"] == "k2"
     assert out["baseline_hosts"] == ["n3"]
     assert analysis_sides(hosts, host="n1", records=[rec("n1")])["batch_canary"] == []
+
+
+def test_the_preflight_checks_the_whole_play_in_one_pass():
+    rows = [row("n1"), row("n2", before={"version": "0.32.0", "instances": [rec("127.0.0.1")]}),
+            row("n3", before={"version": None, "instances": []})]
+    planned = {"n1": [{"name": "main", "record": rec("10.0.0.1")}], "n3": [{"name": "main", "record": rec("127.0.0.1")}]}
+    # n2 may be a baseline and listens on loopback; n3 is a first install (not analysed)
+    with pytest.raises(AnsibleFilterError, match=r"from localhost \(vllm_deploy_analysis_from\): n2: instance main "
+                                                 r"listens on 127\.0\.0\.1 only") as err:
+        analysis_sides(rows, planned=planned)
+    assert "n3" not in str(err.value)
+    rows[1]["before"]["instances"] = [rec("10.0.0.2")]
+    assert analysis_sides(rows, planned=planned) == {"checked": ["n1", "n3"]}
+    # a serving group member's records are not sampled
+    planned["n1"] = [{"name": "main", "record": rec("127.0.0.1", group={"size": 2})}]
+    assert analysis_sides(rows, planned=planned) == {"checked": ["n1", "n3"]}
+    planned["n1"] = [{"name": "main", "record": rec("127.0.0.1")}]
+    with pytest.raises(AnsibleFilterError, match="n1: instance main listens on 127.0.0.1 only"):
+        analysis_sides(rows, planned=planned)
