@@ -58,10 +58,13 @@ def play(tmp_path_factory):
     (work / "play.yml").write_text(PLAYBOOK)
 
     def run(policy):
-        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS_PATH, PYTHONPATH=str(fake_dir),
+        # the fake first; what the test runner put on the path (ansible-test's ansible) after it
+        path = os.pathsep.join([str(fake_dir)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS_PATH, PYTHONPATH=path,
                    ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
                    ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_NOCOLOR="1")
-        argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+        # the CLI of the ansible this test imports (ansible-test units has no ansible-playbook script)
+        argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", "localhost,", "-c", "local",
                 "-e", "ansible_python_interpreter=%s" % sys.executable,
                 "-e", json.dumps({"vllm_server_gpu_health": policy}), str(work / "play.yml")]
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
