@@ -30,7 +30,7 @@ cd "$work"   # away from the source tree: nothing but the installed copy can be 
 ansible-galaxy collection install --offline -p "$work/empty" "$tarball" >/dev/null
 test -f "$work/empty/ansible_collections/kvfleet/vllm/plugins/modules/metrics_info.py"
 modules=$(ansible-doc -t module -l kvfleet.vllm | awk '{print $1}' | sort | xargs)
-[ "$modules" = "kvfleet.vllm.cache_gate kvfleet.vllm.canary_analysis kvfleet.vllm.gpu_info kvfleet.vllm.lora_adapter kvfleet.vllm.metrics_info kvfleet.vllm.model_fetch kvfleet.vllm.model_store" ] ||
+[ "$modules" = "kvfleet.vllm.analysis_load kvfleet.vllm.cache_gate kvfleet.vllm.canary_analysis kvfleet.vllm.gpu_info kvfleet.vllm.lora_adapter kvfleet.vllm.metrics_info kvfleet.vllm.model_fetch kvfleet.vllm.model_store" ] ||
   { echo "FAIL: installed modules are: $modules" >&2; exit 1; }
 n=0
 for t in module filter role; do
