@@ -119,7 +119,8 @@ lane_log=$(mktemp); times_other=$(mktemp); times_fleet=$(mktemp); other_end=$(mk
 finish() {
   # a lane that ended by itself has no process left: kill's "no such process" is no error here
   [ -z "$other_pid" ] || kill -- "-$other_pid" 2>/dev/null || true
-  [ -z "$fleet_pid" ] || kill "$fleet_pid" 2>/dev/null || true   # as above
+  # the same for the fleet lane: only its own exit code (wait, below) decides the run
+  [ -z "$fleet_pid" ] || kill "$fleet_pid" 2>/dev/null || true
   rm -f "$lane_log" "$times_other" "$times_fleet" "$other_end"
 }
 trap finish EXIT

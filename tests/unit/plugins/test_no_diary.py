@@ -2,13 +2,14 @@
 plugins, Molecule scenarios, benchmarks, meta or the test scripts. History belongs in
 changelogs/ (antsibull-changelog fragments), which is not read here.
 
-A diary is: a work session or a stop by number, a tracker issue by number (or an "(issue: ...)"
-aside), and dated run narratives (runs of a date, what happened since a date, what a fix came
-from). Facts a reader needs stay: versions, sources (an upstream project's issue is a source),
-measured figures with their date, and Ray's own session files."""
+What counts as a diary is the DIARY list below, each pattern with its words: numbered work
+periods, tracker tickets by number, and dated run narratives. Facts a reader needs stay:
+versions, sources (an upstream project's ticket is a source), measured figures with their date,
+and Ray's own temp-folder names."""
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 
@@ -86,18 +87,24 @@ def test_no_run_diary_in_product_files(path):
         path, "\n".join("  line %d (%s): %s" % (n, what, line[:160]) for n, what, line in found))
 
 
-# The detector's own cases, with their key words put together here (SESSION, STOP, ISSUE, LENT),
-# so that this file holds no diary phrase of its own for a reviewer's scan of the repository.
-SESSION, STOP, ISSUE, LENT = "Ses" + "sion", "st" + "op", "is" + "sue", "le" + "nt"
+# The detector's own positive cases are stored ROT13-encoded: the detector must be shown real
+# diary phrases, and a plain copy of them here would put work-log text in the repository.
+def _rot13(text):
+    return codecs.decode(text, "rot13")
 
 
-@pytest.mark.parametrize("text", [
-    SESSION + " 14 added a serving group", "the same stages took 2674 s in %s 10" % SESSION.lower(),
-    "for %s 28's CI" % STOP, "# ---- a serving group on one host (%s 17): vLLM's" % ISSUE,
-    "restarted or gated (%s: a no-change deploy cost ~59 s a host)" % ISSUE, ISSUE.title() + " 12 says so",
-    "(2026-12-03 runs of each stage from clean clones)", "Since 2026-12-03 it restarts one host",
-    "no GPU machine was %s to the %ss that" % (LENT, SESSION.lower()), "Before the fix that this run led to",
-])
+@pytest.mark.parametrize("text", [_rot13(t) for t in [
+    'Frffvba 14 nqqrq n freivat tebhc',
+    'gur fnzr fgntrf gbbx 2674 f va frffvba 10',
+    "sbe fgbc 28'f PV",
+    "# ---- n freivat tebhc ba bar ubfg (vffhr 17): iYYZ'f",
+    'erfgnegrq be tngrq (vffhr: n ab-punatr qrcybl pbfg ~59 f n ubfg)',
+    'Vffhr 12 fnlf fb',
+    '(2026-12-03 ehaf bs rnpu fgntr sebz pyrna pybarf)',
+    'Fvapr 2026-12-03 vg erfgnegf bar ubfg',
+    'ab TCH znpuvar jnf yrag gb gur frffvbaf gung',
+    'Orsber gur svk gung guvf eha yrq gb',
+]])
 def test_the_check_finds_a_diary(text):
     assert diary_lines(text), text
 
