@@ -112,7 +112,7 @@ stage_fresh() { bash "$HERE/fresh.sh" units build; }
 STAGES="setup $STAGES"
 stage setup stage_setup
 
-lane_log=$(mktemp); times_other=$(mktemp); times_fleet=$(mktemp); other_end=$(mktemp); other_pid=; fleet_pid=
+lane_log=$(mktemp); fleet_log=$(mktemp); times_other=$(mktemp); times_fleet=$(mktemp); other_end=$(mktemp); other_pid=; fleet_pid=
 # on any exit: end a lane still running (an interrupted or failed run). A lane that already
 # ended has no process left to signal, which is not an error: the lanes' own exit codes are
 # what decides the run (checked below), not this cleanup.
@@ -121,7 +121,7 @@ finish() {
   [ -z "$other_pid" ] || kill -- "-$other_pid" 2>/dev/null || true
   # the same for the fleet lane: only its own exit code (wait, below) decides the run
   [ -z "$fleet_pid" ] || kill "$fleet_pid" 2>/dev/null || true
-  rm -f "$lane_log" "$times_other" "$times_fleet" "$other_end"
+  rm -f "$lane_log" "$fleet_log" "$times_other" "$times_fleet" "$other_end"
 }
 trap finish EXIT
 t_lanes=$(date +%s)
@@ -161,7 +161,7 @@ fi
   TIMES=()
   stage molecule stage_molecule fleet
   [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_fleet"
-) &
+) > >(tee "$fleet_log") 2>&1 &
 fleet_pid=$!
 fleet_rc=0; wait "$fleet_pid" || fleet_rc=$?
 fleet_pid=; t_fleet=$(( $(date +%s) - t_lanes ))
@@ -182,7 +182,20 @@ for t in "${TIMES[@]}"; do
   k=${t%%=*}; v=${t#*=}; v=${v%s}; b=$(budget "$k")
   printf 'BUDGET %-16s %6s s of %6s s%s\n' "$k" "$v" "${b:-?}" "$( [ -n "$b" ] && [ "$v" -gt $(( b * 3 / 2 )) ] && echo '   <-- OVER 1.5 x BUDGET' )"
 done
+# why_failed LOG: the lines that say why a lane stopped (Ansible's fatal and failed results,
+# pytest's and ansible-test's errors), each cut short, the last of them last: a CI page that
+# keeps only the end of the output still shows the cause
+why_failed() {
+  grep -a -E -A 6 '^(fatal|failed): |^ERROR! |^CRITICAL |^FAILED |^E {3}|^ERROR: |Error: ' "$1" |
+    grep -a -v -E '^(FAILED - RETRYING|\.\.\.ignoring)' | cut -c1-1500 | tail -n 80 | tail -c 9000
+}
 if [ "$fleet_rc" -ne 0 ] || [ "$other_rc" -ne 0 ]; then
+  for l in fleet other; do
+    rc_var=${l}_rc; [ "${!rc_var}" -ne 0 ] || continue
+    f=$fleet_log; [ $l = fleet ] || f=$lane_log
+    printf '\n===== why the %s lane failed (its errors, the last last; the whole log is above) =====\n' "$l"
+    why_failed "$f" || echo "(no error line found: see the lane's log above)"
+  done
   echo "FAILED: the fleet lane (molecule fleet) rc=$fleet_rc, the other lane rc=$other_rc;" \
        "each lane stops at its first failing stage" >&2
   exit 1
