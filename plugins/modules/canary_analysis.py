@@ -410,24 +410,18 @@ window_seconds:
   type: float
 """
 
-import threading
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import analyse, check_thresholds
+from ansible_collections.kvfleet.vllm.plugins.module_utils._analysis_run import (
+    SIDES, run_analysis, samples_in)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
-    DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, VERDICTS)
-from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import add_rates, diagnose
+    DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, VERDICTS, check_thresholds)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import (
-    TargetWindow, check_target_limits, run_windows, target_limits, target_options)
+    check_target_limits, target_options)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
-    MAX_WINDOW_SECONDS, check_range, scrub)
-
-# requests in flight at once, at most: every server of a canary analysis is sampled at once
-MAX_CONCURRENCY = 64
-SIDES = ("canary", "baseline")
+    MAX_WINDOW_SECONDS, check_range)
 
 
 def _check(module):
@@ -458,69 +452,18 @@ def _check(module):
 
 
 def _samples(p):
-    # a little slack: 60 / 0.1 is 599.99... in floating point
-    return int(p["duration"] / p["interval"] + 1e-9) + 1
+    return samples_in(p["duration"], p["interval"])
 
 
 def _thresholds(p):
     return dict((k, v) for k, v in (p["thresholds"] or {}).items() if v is not None)
 
 
-def _failed(error):
-    """The diagnosis of a server whose window ended on an unexpected error (as cache_gate's)."""
-    text = scrub("%s: %s" % (type(error).__name__, error))
-    return {"verdict": "unhealthy", "state": None, "pending": [], "causes": [{
-        "id": "engine_down", "severity": "critical", "evidence": {"error": text},
-        "advice": "The analysis could not sample this server: %s" % text}]}
-
-
-def _judge(limits):
-    return lambda snaps: diagnose(add_rates(snaps), limits=limits)
-
-
-def _proves_critical(limits, stop):
-    """watch() of a canary window: stop every window once this one proves a critical cause
-    (decided, not pending), as the verdict would then be fail whatever comes after."""
-    def watch(window):
-        if len(window.snaps) < 2 or stop.is_set():
-            return
-        result = diagnose(add_rates([dict(s) for s in window.snaps]), limits=limits)
-        if not result["pending"] and any(c["severity"] == "critical" for c in result["causes"]):
-            stop.set()
-    return watch
-
-
 def _analysis(module):
     p = module.params
-    stop = threading.Event()
-    windows = []
-    for side in SIDES:
-        for target in p[side]:
-            limits = target_limits({}, target)
-            windows.append((side, target, TargetWindow(
-                target, lambda t: make_fetcher(module, t), _samples(p), p["interval"], _judge(limits),
-                extend=True, watch=_proves_critical(limits, stop) if side == "canary" else None,
-                stop=stop)))
-    run_windows([w for unused, unused2, w in windows], min(len(windows), MAX_CONCURRENCY),
-                stop=stop, name="kvfleet-canary")
-    sides = dict((side, []) for side in SIDES)
-    for side, target, w in windows:
-        diagnosis = _failed(w.error) if w.error is not None else w.result
-        sides[side].append({"name": target["name"], "samples": w.snaps, "diagnosis": diagnosis,
-                            "limits": target_limits({}, target)})
-    result = analyse(sides["canary"], sides["baseline"], min_requests=p["min_requests"],
-                     thresholds=_thresholds(p))
-    for side, target, w in windows:
-        for entry in result["targets"]:
-            if entry["name"] == target["name"]:
-                entry.update(host=target.get("host"), url=w.url, seconds=w.seconds,
-                             extended_seconds=w.extended)
-    samples = dict((side, {}) for side in SIDES)
-    for side, target, w in windows:
-        for snap in w.snaps:
-            snap.pop("histograms", None)  # raw bucket counts: what the checks were computed from
-        samples[side][target["name"]] = w.snaps
-    result.update(changed=False, msg=result["reason"], samples=samples)
+    result = run_analysis(p["canary"], p["baseline"], lambda t: make_fetcher(module, t), p["duration"],
+                          p["interval"], min_requests=p["min_requests"], thresholds=_thresholds(p))
+    result.update(changed=False, msg=result["reason"])
     result.pop("min_requests", None)
     return result
 

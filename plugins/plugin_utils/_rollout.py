@@ -5,8 +5,9 @@
 """The deploy's analysis under traffic, decided in Python (kvfleet.vllm.deploy's analyse step).
 
 Which servers are the canary and which the baseline, whether the analysis host can reach them,
-what a verdict makes the deploy do, and what of the module's result the report keeps. Pure
-functions over plain data; plugins/filter/deploy_analysis.py reads the play's facts into them.
+what a verdict makes the deploy do, and what of the module's result the report keeps; and the
+baseline of the analysis after a scheduled restart (peer_targets). Pure functions over plain
+data; plugins/filter/analysis_sides.py and restart_baseline.py read the play's facts into them.
 """
 
 from __future__ import annotations
@@ -51,13 +52,41 @@ def _target(host, record, api_key, url):
     return target
 
 
-def _url(host, record, address, analysis_from):
+def _url(host, record, address, analysis_from, who=None):
     """The URL analysis_from reaches the instance at (as a router does, _router.reach), with the
     record's scheme."""
     scheme = "https" if record.get("tls") or str(record.get("url", "")).startswith("https:") else "http"
     where = reach(record, address or host, host=host, same_host=analysis_from == host,
-                  who="the analysis host, %s (vllm_deploy_analysis_from)," % analysis_from)
+                  who=who or "the analysis host, %s (vllm_deploy_analysis_from)," % analysis_from)
     return "%s://%s:%d" % (scheme, where, record["port"])
+
+
+def peer_targets(peers, analysis_from):
+    """The baseline of the analysis after a scheduled restart on host analysis_from: every
+    instance a canary analysis can sample on the other hosts (peers: one dict each with 'host',
+    'record', its deployment record's current state or instance list, and 'address', as the
+    deploy's rows have it), reached from analysis_from as a router reaches them. No API keys:
+    the analysis reads /metrics, /health and /version, which vLLM leaves unguarded. A peer without
+    a record (not in the play, or not deployed) is left out. Raises RolloutError naming every
+    instance analysis_from cannot reach."""
+    out, problems = [], []
+    for peer in peers or []:
+        host = peer.get("host") if isinstance(peer, dict) else None
+        if host is None or host == analysis_from:
+            continue
+        for r in _analysable(_instances(peer.get("record"))):
+            try:
+                url = _url(host, r, peer.get("address"), analysis_from,
+                           who="the restart guard on %s (vllm_restart_analysis_seconds)" % analysis_from)
+            except RouterError as exc:
+                problems.append(str(exc))
+                continue
+            out.append(_target(host, r, "", url))
+    if problems:
+        raise RolloutError("the analysis after a scheduled restart samples the other hosts' instances "
+                           "from %s: %s; set vllm_restart_analysis_baseline, or "
+                           "vllm_restart_analysis_seconds: 0" % (analysis_from, "; ".join(problems)))
+    return out
 
 
 def check_reach(hosts, planned, analysis_from="localhost"):

@@ -50,6 +50,7 @@ from urllib.parse import unquote, urlsplit
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib"))
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._analysis_run import run_analysis  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
     add_rates, diagnose, memory_growth, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (  # noqa: E402
@@ -956,9 +957,10 @@ def monitor_memory_growth(cfg, inst):
 
 
 def restart_one(cfg, inst):
-    """Restart one instance the drain-aware way. Returns 'skipped', 'restarted' or 'failed'; in
-    modes when_degraded and watchdog, 'gpu-unhealthy' or 'drain-failed' for an instance on an
-    unhealthy GPU, which it drains instead of restarting (hold_for_gpu)."""
+    """Restart one instance the drain-aware way. Returns 'skipped', 'restarted' or 'failed';
+    'analysis-failed' when the analysis after the restart (analyse_after_restart) gave a verdict
+    of its fail_on; in modes when_degraded and watchdog, 'gpu-unhealthy' or 'drain-failed' for an
+    instance on an unhealthy GPU, which it drains instead of restarting (hold_for_gpu)."""
     unit = inst["unit"]
     state = unit_state(unit)
     # systemctl restart would start it: a unit stopped on purpose stays stopped ("failed" is not
@@ -1056,7 +1058,55 @@ def restart_one(cfg, inst):
     log(INFO, "%s: restarted and healthy in %.1fs (drain wait %.1fs)" % (unit, time.time() - t1, t1 - t0))
     if not _hooks(cfg.get("post_commands", []), inst, "post-restart"):
         return "failed"
+    if analyse_after_restart(cfg, inst) in (cfg.get("analysis") or {}).get("fail_on", ["fail"]):
+        return "analysis-failed"
     return "restarted"
+
+
+def _canary_target(cfg, inst):
+    """The restarted instance as the analysis's canary, with its scheduler limits (as the
+    deploy's targets carry them, plugin_utils/_rollout.py)."""
+    limits = inst.get("limits") if isinstance(inst.get("limits"), dict) else {}
+    target = {"name": "%s/%s" % (cfg.get("host") or socket.gethostname(), inst["name"]), "url": inst["url"]}
+    for key in ("max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs", "max_model_len"):
+        value = (inst.get(key) if key == "max_num_seqs" else None) or limits.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            target[key] = value
+    return target
+
+
+def analyse_after_restart(cfg, inst):
+    """After a restart this guard made, with analysis on (cfg['analysis'], the role's
+    vllm_restart_analysis_*): the restarted instance against the other hosts' instances under
+    the traffic it gets, the deploy's comparison (_analysis_run, _canary). Logs the verdict with
+    its reason and failed checks; returns it (None when off). Nothing is undone: a restart has
+    nothing to roll back to, so a verdict in fail_on fails the unit for the operator to see."""
+    settings = cfg.get("analysis") or {}
+    seconds = settings.get("seconds") or 0
+    if not seconds:
+        return None
+    canary = [_canary_target(cfg, inst)]
+    baseline = [t for t in settings.get("baseline") or [] if isinstance(t, dict) and t.get("url")]
+    own_key = os.environ.get("VLLM_API_KEY")
+    tls = inst.get("tls")
+
+    def connect(target):
+        # the guard's own key for its own instance only: the baseline's endpoints need none
+        return make_fetcher(target["url"], 10, own_key if target is canary[0] else None, tls=tls)
+
+    log(INFO, "%s: analysing the restarted instance for %ss against %s" % (
+        inst["unit"], seconds, "%d instance(s) of the other hosts" % len(baseline) if baseline
+        else "the absolute limits (no other host's instance to compare with)"))
+    result = run_analysis(canary, baseline, connect, float(seconds), float(settings.get("interval") or 15),
+                          min_requests=int(settings.get("min_requests", 20)),
+                          thresholds=settings.get("thresholds") or None)
+    failed = ["%s: %s" % (c.get("metric"), c.get("why")) for c in result.get("checks") or []
+              if c.get("result") == "fail"]
+    level = ERR if result["verdict"] in settings.get("fail_on", ["fail"]) else (
+        WARNING if result["verdict"] != "pass" else INFO)
+    log(level, "%s: analysis after the restart: %s (%s)%s" % (
+        inst["unit"], result["verdict"], result.get("reason"), "; failed: " + "; ".join(failed) if failed else ""))
+    return result["verdict"]
 
 
 def restart_guard(args):
@@ -1070,10 +1120,12 @@ def restart_guard(args):
         except Exception as exc:  # reported as this instance's failure, never a traceback
             log(ERR, "%s: restart guard failed: %s" % (unit, scrub("%s: %s" % (type(exc).__name__, exc))))
             outcomes[unit] = "failed"
-        if outcomes[unit] == "failed":
-            break  # never take a second instance down after one failed to come back
+        if outcomes[unit] in ("failed", "analysis-failed"):
+            # never take a second instance down after one failed to come back, or came back
+            # worse than the other hosts' instances
+            break
     log(INFO, "restart guard: %s" % ", ".join("%s %s" % kv for kv in sorted(outcomes.items())))
-    return 1 if "failed" in outcomes.values() or "drain-failed" in outcomes.values() else 0
+    return 1 if set(outcomes.values()) & {"failed", "drain-failed", "analysis-failed"} else 0
 
 
 def _read_history(path, limit_bytes=4 * 1024 * 1024):

@@ -17,7 +17,7 @@ from ansible_collections.kvfleet.vllm.tests.unit.plugins.test_unit_security impo
 
 
 @pytest.mark.parametrize("role, template, keys", [
-    ("scheduled_restart", "restart.json.j2", {"record", "monitor_config", "mode", "causes", "slot"}),
+    ("scheduled_restart", "restart.json.j2", {"record", "monitor_config", "mode", "causes", "slot", "host", "analysis"}),
     ("monitor", "monitor.json.j2", {"record", "history", "memory", "trend"}),
     ("monitor", "watchdog.json.j2", {"record", "monitor_config", "state", "causes", "for_seconds", "max_per_day"}),
 ])
@@ -30,6 +30,11 @@ def test_config_templates_render_to_json(role, template, keys):
     assert keys <= set(config)
     if template == "monitor.json.j2":
         assert config["memory"] == {"ratio": 0.2, "min_bytes": 256 * 1024 ** 2, "min_seconds": 6 * 3600}
+    if template == "restart.json.j2":
+        # off by default; the guard reads these keys (analyse_after_restart)
+        assert config["analysis"] == {"seconds": 0, "interval": 15, "min_requests": 20, "fail_on": ["fail"],
+                                      "baseline": []}
+        assert config["host"] == "gpu-01"
     if template == "watchdog.json.j2":
         assert config["monitor_config"] == "/etc/kvfleet/monitor.json" and config["for_seconds"] == 600
 

@@ -200,3 +200,34 @@ def test_the_preflight_checks_the_whole_play_in_one_pass():
     planned["n1"] = [{"name": "main", "record": rec("127.0.0.1")}]
     with pytest.raises(AnsibleFilterError, match="n1: instance main listens on 127.0.0.1 only"):
         analysis_sides(rows, planned=planned)
+
+
+# ---- the baseline of the analysis after a scheduled restart (restart_baseline, peer_targets) ----
+
+def test_the_restart_baseline_is_every_other_hosts_instance_reached_from_this_one_without_keys():
+    from ansible_collections.kvfleet.vllm.plugins.filter.restart_baseline import FilterModule
+    restart_baseline = FilterModule().filters()["restart_baseline"]
+    records = {
+        "node2": {"instances": [rec("10.0.0.2"), rec("0.0.0.0", name="small", port=8001),
+                                # a serving group's member and a Ray node: judged by their gate alone
+                                rec("10.0.0.2", name="member", port=8002, group={"key": "g"}),
+                                {"name": "ray", "port": 6379}]},
+        "node3": {},                                   # no record (not in the play): left out
+        "node4": {"instances": [rec("10.0.0.4", tls={"ca_path": "/x"}, url="https://10.0.0.4:8000")]},
+    }
+    got = restart_baseline(records, host="node1", addresses={"node2": "node2.example"})
+    assert [(t["name"], t["url"]) for t in got] == [
+        ("node2/main", "http://10.0.0.2:8000"), ("node2/small", "http://node2.example:8001"),
+        ("node4/main", "https://10.0.0.4:8000")]
+    assert all("api_key" not in t for t in got)
+    assert got[0]["max_num_seqs"] == 4 and got[0]["max_model_len"] == 1024
+
+
+def test_a_peer_bound_to_loopback_is_refused_naming_it():
+    from ansible_collections.kvfleet.vllm.plugins.filter.restart_baseline import FilterModule
+    restart_baseline = FilterModule().filters()["restart_baseline"]
+    with pytest.raises(AnsibleFilterError, match=r"node2: instance main listens on 127\.0\.0\.1 only: the restart guard on "
+                                                 r"node1 \(vllm_restart_analysis_seconds\) cannot reach it.*vllm_restart_analysis_baseline"):
+        restart_baseline({"node2": {"instances": [rec("127.0.0.1")]}}, host="node1")
+    with pytest.raises(AnsibleFilterError, match="needs host"):
+        restart_baseline({}, host="")
