@@ -17,12 +17,12 @@
 #           cache (tests/fresh.sh): nothing may depend on what this machine already has
 # Two lanes after setup, side by side, each stopping at its first failing stage
 # (docs/testing.md):
-#   fleet:  Molecule's fleet scenario, its vLLMs pinned to core 1;
-#   other:  lint sanity latest build fresh at nice 19, then bench and live (their vLLMs pinned
-#           to core 0) and Molecule's server scenario (core 0) at nice 0, in a collection copy of
-#           its own.
-# The fleet lane waits on vLLM most of the time; the static stages take what it leaves while its
-# hosts install. Each stage's time is printed against its budget (tests/budget.tsv): one over
+#   fleet:  Molecule's fleet scenario;
+#   other:  bench and live (their vLLMs pinned to core 0) and Molecule's server scenario at
+#           nice 0, then lint sanity latest build fresh at nice 19, in a collection copy of its
+#           own.
+# The fleet's late sections (deploys under load) need the CPU most; the static stages at nice 19
+# take what it leaves. Each stage's time is printed against its budget (tests/budget.tsv): one over
 # it by more than half gets a loud warning (not a failure: the machine is shared).
 # bash tests/run.sh                      all stages
 # bash tests/run.sh units live           some stages
@@ -130,26 +130,26 @@ if any_of lint sanity units latest build fresh bench live molecule; then
   # Molecule reads the default one)
   set -m   # a process group of its own, so that `kill -- -PID` ends all of the lane
   (
-    renice -n 19 -p "$BASHPID" >/dev/null
     export KVFLEET_COLLECTIONS="$KVFLEET_CACHE/collections-static"
     export KVFLEET_COLLECTION_COPY="$KVFLEET_COLLECTIONS/ansible_collections/kvfleet/vllm"
     export ANSIBLE_COLLECTIONS_PATH="$KVFLEET_COLLECTIONS"
     TIMES=()
     bash "$HERE/setup.sh" copy
+    # vLLM's stages first, at nice 0, their own servers on core 0: they overlap the fleet's
+    # converge and first sections. The static stages then run at nice 19 beside the fleet's
+    # sections under load (router, serving group), which need the CPU most: the fleet's hosts
+    # are containers, one cgroup that weighs as much as a single nice-0 process of this lane.
+    export KVFLEET_VLLM_CPUS=0
+    stage bench stage_bench
+    stage live stage_live
+    stage molecule stage_molecule server
+    renice -n 19 -p "$BASHPID" >/dev/null
     stage lint stage_lint
     stage sanity stage_sanity
     stage units stage_units
     stage latest stage_latest
     stage build stage_build
     stage fresh stage_fresh
-    # vLLM's stages at nice 0, their servers on core 0 (the fleet's are on core 1); only then:
-    # lowering a nice value needs privileges that the fresh stage's container (which runs this
-    # script with units and build) does not have
-    if any_of bench live molecule; then renice -n 0 -p "$BASHPID" >/dev/null; fi
-    export KVFLEET_VLLM_CPUS=0
-    stage bench stage_bench
-    stage live stage_live
-    stage molecule stage_molecule server
     [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_other"
     date +%s > "$other_end"
   ) > "$lane_log" 2>&1 < /dev/null &
