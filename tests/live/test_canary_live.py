@@ -9,16 +9,23 @@ time of 150 prompt words and 100 tokens, as the canary-* captures of tests/fixtu
 
 from __future__ import annotations
 
+import json
+import subprocess
 import threading
 import time
 
 import pytest
 
 from conftest import MIB, requests_in, run_module
+from test_hosttools_live import install
 from vllm_server import Load, VllmServer
 
 LOAD = (600, 12, 150, 100)   # requests, at a time, prompt words, max tokens: per server
 WINDOW = {"duration": 8, "interval": 1}
+# the restart guard's analysis, called in a process of its own on the installed program
+GUARD_ANALYSIS = ("import importlib.util, json, sys; spec = importlib.util.spec_from_file_location('prog', sys.argv[1]); "
+                  "prog = importlib.util.module_from_spec(spec); spec.loader.exec_module(prog); "
+                  "print('VERDICT', prog.analyse_after_restart(json.loads(sys.argv[2]), json.loads(sys.argv[3])))")
 
 
 class Canaries(object):
@@ -123,6 +130,29 @@ def test_a_kv_cache_too_small_fails_naming_the_metric(canaries, idle_server):
     assert any(metric in result["reason"] for metric in ("preemptions_per_request", "kv_usage"))
     assert "kv_cache_exhausted" in [c["id"] for c in result["causes"]]
     print("small cache: %s (%.1fs with the ansible CLI)" % (result["reason"], seconds))
+
+
+def test_the_restart_guard_judges_a_restarted_instance_the_same_way(canaries, idle_server, tmp_path):
+    """The host program's analysis after a scheduled restart (vllm_restart_analysis_seconds), laid
+    out as the hosttools role installs it (the shipped module_utils only, no Ansible): the small
+    cache, under the same load as the other host's instance, fails naming the metric."""
+    prog = install(tmp_path)
+    small = canaries.get("small")
+    cfg = {"host": "restarted-host", "analysis": {
+        "seconds": WINDOW["duration"], "interval": WINDOW["interval"], "min_requests": 20, "fail_on": ["fail"],
+        "baseline": [{"name": "other-host/main", "url": idle_server.url, "max_num_seqs": 16}]}}
+    inst = {"name": "main", "unit": "vllm-main.service", "url": small.url, "max_num_seqs": 16}
+    loads = same_load([small, idle_server])
+    try:
+        proc = subprocess.run(["/usr/bin/python3", "-I", "-c", GUARD_ANALYSIS, str(prog), json.dumps(cfg), json.dumps(inst)],
+                              capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        for load in loads:
+            load.cancel()
+    assert "VERDICT fail" in proc.stdout, proc.stdout + proc.stderr
+    line = [x for x in proc.stderr.splitlines() if "analysis after the restart: fail" in x]
+    assert line and ("kv_usage" in line[0] or "preemptions" in line[0]), proc.stderr
+    print("restart guard: %s" % line[0])
 
 
 def test_the_analysis_load_makes_a_quiet_window_conclusive(canaries, idle_server):
