@@ -35,7 +35,9 @@ copy_tree "$work/src"
 args=(--rm --name "$name" --shm-size=1g -v "$work/src:/src:ro" -w /src
       -e PIP_CERT=/etc/ssl/certs/ca-certificates.crt -e REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
       -e SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt -e PIP_DISABLE_PIP_VERSION_CHECK=1
-      -e PIP_DEFAULT_TIMEOUT=180 -e PIP_NO_CACHE_DIR=1 -e PYTHONUNBUFFERED=1)
+      -e PIP_DEFAULT_TIMEOUT=180 -e PIP_NO_CACHE_DIR=1 -e PYTHONUNBUFFERED=1
+      # a quarter of a fleet host's CPU weight: in the whole run the fleet lane is the longer one
+      --cpu-shares=256)
 if [[ " $STAGES " =~ \ (bench|live)\  ]] && [ -n "${PIP_FIND_LINKS:-}" ]; then
   for d in $PIP_FIND_LINKS; do [ -d "$d" ] && args+=(-v "$d:$d:ro"); done
   args+=(-e "PIP_FIND_LINKS=$PIP_FIND_LINKS")
