@@ -117,10 +117,10 @@ lane_log=$(mktemp); fleet_log=$(mktemp); times_other=$(mktemp); times_fleet=$(mk
 # ended has no process left to signal, which is not an error: the lanes' own exit codes are
 # what decides the run (checked below), not this cleanup.
 finish() {
-  # a lane that ended by itself has no process left: kill's "no such process" is no error here
-  [ -z "$other_pid" ] || kill -- "-$other_pid" 2>/dev/null || true
-  # the same for the fleet lane: only its own exit code (wait, below) decides the run
-  [ -z "$fleet_pid" ] || kill "$fleet_pid" 2>/dev/null || true
+  # only a lane still running is signalled (an interrupted or failed run); the run's result is
+  # each lane's own exit code, read by wait below, never this cleanup's
+  if [ -n "$other_pid" ] && kill -0 -- "-$other_pid" 2>/dev/null; then kill -- "-$other_pid"; fi
+  if [ -n "$fleet_pid" ] && kill -0 "$fleet_pid" 2>/dev/null; then kill "$fleet_pid"; fi
   rm -f "$lane_log" "$fleet_log" "$times_other" "$times_fleet" "$other_end"
 }
 trap finish EXIT

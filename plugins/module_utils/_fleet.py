@@ -26,8 +26,8 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import LIM
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
     extension_delay, redact_url, sample)
 
-__all__ = ["TARGET_OPTIONS", "TargetWindow", "check_target_limits", "run_windows", "target_limits",
-           "target_options"]
+__all__ = ["TARGET_OPTIONS", "TargetWindow", "check_target_limits", "record_limits", "run_windows",
+           "target_limits", "target_options"]
 
 # The suboptions of a list of servers (cache_gate's targets, canary_analysis' canary and
 # baseline): documented in each module as its own option's suboptions.
@@ -53,6 +53,26 @@ def target_limits(params, target):
     module has no such option)."""
     return dict((name, target.get(name) if target.get(name) is not None else params.get(name))
                 for name in LIMIT_NAMES)
+
+
+def record_limits(record):
+    """A target's scheduler limits from a deployment record's instance (the server role's):
+    max_num_seqs its own or in 'limits', the others in 'limits'; a limit left out, or not a
+    positive whole number, is not set. The deploy's analysis targets and the restart guard's
+    canary are built with it."""
+    limits = record.get("limits") if isinstance(record.get("limits"), dict) else {}
+    out = {}
+    for name in ("max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs", "max_model_len"):
+        value = (record.get(name) if name == "max_num_seqs" else None) or limits.get(name)
+        if isinstance(value, bool) or not value:
+            continue
+        try:
+            value = int(value)
+        except (TypeError, ValueError):
+            continue
+        if value > 0:
+            out[name] = value
+    return out
 
 
 def check_target_limits(targets, option="targets"):

@@ -12,6 +12,7 @@ data; plugins/filter/analysis_sides.py and restart_baseline.py read the play's f
 
 from __future__ import annotations
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import record_limits
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._router import RouterError, reach
 
 # outcomes of a host that serves what it was verified with (tasks/deploy_keep.yml)
@@ -39,16 +40,9 @@ def _instances(record):
 
 
 def _target(host, record, api_key, url):
-    limits = record.get("limits") or {}
-    target = {"name": "%s/%s" % (host, record.get("name")), "host": host, "url": url}
+    target = dict(record_limits(record), name="%s/%s" % (host, record.get("name")), host=host, url=url)
     if api_key:
         target["api_key"] = api_key
-    for key, value in (("max_num_seqs", record.get("max_num_seqs") or limits.get("max_num_seqs")),
-                       ("max_num_batched_tokens", limits.get("max_num_batched_tokens")),
-                       ("max_num_active_seqs", limits.get("max_num_active_seqs")),
-                       ("max_model_len", limits.get("max_model_len"))):
-        if value:
-            target[key] = int(value)
     return target
 
 

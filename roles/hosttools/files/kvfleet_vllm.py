@@ -55,6 +55,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  
     add_rates, diagnose, memory_growth, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (  # noqa: E402
     head_links, local_engines, process_tree)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import record_limits  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (  # noqa: E402
     window as latency_window)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._nvml import (  # noqa: E402
@@ -1065,14 +1066,9 @@ def restart_one(cfg, inst):
 
 def _canary_target(cfg, inst):
     """The restarted instance as the analysis's canary, with its scheduler limits (as the
-    deploy's targets carry them, plugin_utils/_rollout.py)."""
-    limits = inst.get("limits") if isinstance(inst.get("limits"), dict) else {}
-    target = {"name": "%s/%s" % (cfg.get("host") or socket.gethostname(), inst["name"]), "url": inst["url"]}
-    for key in ("max_num_seqs", "max_num_batched_tokens", "max_num_active_seqs", "max_model_len"):
-        value = (inst.get(key) if key == "max_num_seqs" else None) or limits.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            target[key] = value
-    return target
+    deploy's targets carry them: _fleet.record_limits)."""
+    return dict(record_limits(inst), name="%s/%s" % (cfg.get("host") or socket.gethostname(), inst["name"]),
+                url=inst["url"])
 
 
 def analyse_after_restart(cfg, inst):
