@@ -25,6 +25,11 @@ mmdebstrap --mode=root --variant=minbase \
   `# (the scenarios' connection_options); the host keys are made once, in the image` \
   --customize-hook='chroot "$1" systemctl disable ssh.service ssh.socket' \
   --customize-hook='chroot "$1" ssh-keygen -A >/dev/null' \
+  `# the login of the fleet scenario: an administrator (group sudo) that escalates with sudo, no password` \
+  `# ('*', not the locked '!': sshd without PAM refuses a locked account even with a key)` \
+  --customize-hook='chroot "$1" useradd --create-home --shell /bin/bash --groups sudo --password "*" kvops' \
+  --customize-hook='install -d -m 0700 "$1/home/kvops/.ssh" && chroot "$1" chown kvops:kvops /home/kvops/.ssh' \
+  --customize-hook='echo "kvops ALL=(ALL:ALL) NOPASSWD: ALL" > "$1/etc/sudoers.d/kvops" && chmod 0440 "$1/etc/sudoers.d/kvops"' \
   `# node_exporter serves the monitor's textfiles to the fleet scenario's Prometheus (port 9100)` \
   --customize-hook='chroot "$1" systemctl enable prometheus-node-exporter.service' \
   --customize-hook=': > "$1/etc/machine-id"' \

@@ -46,7 +46,8 @@ CONF
 mkdir -p "$HOSTS_STATE/ssh"
 [ -f "$HOSTS_STATE/ssh/id_ed25519" ] ||
   ssh-keygen -q -t ed25519 -N '' -C kvfleet-test-hosts -f "$HOSTS_STATE/ssh/id_ed25519"
+# 0644: sshd reads it as the login user (kvops in the fleet scenario), and root owns the mount
 cmp -s "$HOSTS_STATE/ssh/id_ed25519.pub" "$HOSTS_STATE/ssh/authorized_keys" ||
-  install -m 0600 "$HOSTS_STATE/ssh/id_ed25519.pub" "$HOSTS_STATE/ssh/authorized_keys"
-chmod 0600 "$HOSTS_STATE/ssh/authorized_keys"
+  install -m 0644 "$HOSTS_STATE/ssh/id_ed25519.pub" "$HOSTS_STATE/ssh/authorized_keys"
+chmod 0644 "$HOSTS_STATE/ssh/authorized_keys"
 echo "podman configured under $HOSTS_STATE"
