@@ -109,3 +109,18 @@ def backend_urls(records, address, host="", same_host=False):
                 "authority or present a client certificate, so it cannot route to it" % (host, rec["name"]))
         urls.append("http://%s:%d" % (where, rec["port"]))
     return urls
+
+
+def wrong_listings(listings, urls, hook):
+    """The routers whose list of backends is not what the hook should have left: after a drain,
+    one that still lists any of urls; after an undrain, one that lacks any. listings: each
+    router's {router, urls} (urls None where it did not answer); returns [{router, lists}]."""
+    if hook not in ("drain", "undrain"):
+        raise RouterError("the hook is drain or undrain, got %r" % (hook,))
+    wrong = []
+    for item in listings:
+        listed = list(item.get("urls") or [])
+        bad = [u for u in urls if u in listed] if hook == "drain" else [u for u in urls if u not in listed]
+        if bad:
+            wrong.append({"router": item.get("router"), "lists": listed})
+    return wrong

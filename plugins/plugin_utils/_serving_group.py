@@ -230,3 +230,18 @@ def ray_node(ray, where, temp_dir, extra_args=None):
     record = {"key": "%s:%d" % (ray["address"], port), "role": "worker", "backend": "ray",
               "size": world, "size_local": gpus}
     return argv + extra, record
+
+
+def restarting_groups(hosts):
+    """The keys of the serving groups that restart in a batch: a group with one instance that
+    restarts (or starts) on any host of the batch. hosts: for each host of the batch that has
+    planned its restart, {instances: the server role's instance model, restart: [names],
+    started: [names]}."""
+    keys = []
+    for host in hosts:
+        moving = set(host.get("restart") or []) | set(host.get("started") or [])
+        for inst in host.get("instances") or []:
+            group = (inst.get("record") or {}).get("group")
+            if group and inst.get("name") in moving and group["key"] not in keys:
+                keys.append(group["key"])
+    return keys

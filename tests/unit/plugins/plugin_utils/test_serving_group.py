@@ -9,11 +9,12 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvfleet.vllm.plugins.filter.restarting_groups import _restarting_groups
 from ansible_collections.kvfleet.vllm.plugins.filter.serving_group import serving_group
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import (
     InstanceError, build, flag_value)
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import (
-    GroupError, dp_options, plan)
+    GroupError, dp_options, plan, restarting_groups)
 
 from .test_instances import settings
 
@@ -144,3 +145,26 @@ def test_the_inventory_filter_reads_the_others_from_hostvars():
         serving_group([{"name": "a"}, {"name": "b"}], "g", groups, hostvars, "n2")
     with pytest.raises(AnsibleFilterError, match="not an inventory group"):
         serving_group([{"name": "a"}], "nope", groups, hostvars, "n2")
+
+
+def _member(name, key=None):
+    return {"name": name, "record": {"group": {"key": key}} if key else {}}
+
+
+def test_the_groups_that_restart_in_a_batch_are_those_with_a_moving_member():
+    batch = [{"instances": [_member("main", "10.0.0.2:13345"), _member("solo")], "restart": ["main"], "started": []},
+             {"instances": [_member("main", "10.0.0.2:13345")], "restart": [], "started": []},
+             {"instances": [_member("main", "10.0.0.9:13345")], "restart": [], "started": ["main"]},
+             {"instances": [_member("main", "10.0.0.7:13345")], "restart": None},
+             {"instances": [_member("solo")], "restart": ["solo"]}]
+    assert restarting_groups(batch) == ["10.0.0.2:13345", "10.0.0.9:13345"]
+    assert restarting_groups([]) == []
+
+
+def test_the_filter_reads_the_batch_from_hostvars_and_skips_a_host_without_a_plan():
+    hostvars = {"head": {"_server_instances": [_member("main", "h:1")], "_server_restart": {"restart": ["main"]}},
+                "worker": {"_server_instances": [_member("main", "h:1")], "_server_restart": {"restart": [], "started": []}},
+                "other": {"_server_instances": [_member("main", "o:1")]}}
+    assert _restarting_groups(["worker", "head", "other"], hostvars) == ["h:1"]
+    with pytest.raises(AnsibleFilterError, match="needs hostvars"):
+        _restarting_groups(["head"])

@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: restarting_groups
+short_description: The serving groups that restart in a deploy's batch
+version_added: 0.4.0
+description:
+  - The keys (C(address:rpc_port) of the head) of the serving groups with an instance that
+    restarts or starts on any host of the batch, in the batch's order. The deploy restarts every
+    member of such a group, even one whose own files did not change (docs/serving-groups.md): a
+    member bound to a head that restarted without it stays out of the group.
+  - A host that has not planned its restart (no C(_server_restart)) is left out.
+options:
+  _input:
+    description: The batch's host names (C(ansible_play_batch)).
+    type: list
+    elements: str
+    required: true
+  hostvars:
+    description: Ansible's C(hostvars); each host's C(_server_instances) and C(_server_restart) (its
+      C(restart) and C(started) instance names).
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: The groups that restart in this batch
+  ansible.builtin.debug:
+    msg: "{{ ansible_play_batch | kvfleet.vllm.restarting_groups(hostvars) }}"
+"""
+
+RETURN = r"""
+_value:
+  description: The groups' keys.
+  type: list
+  elements: str
+"""
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import restarting_groups
+
+
+def _restarting_groups(hosts, hostvars=None):
+    if hostvars is None:
+        raise AnsibleFilterError("restarting_groups needs hostvars")
+    planned = []
+    for name in hosts:
+        hv = hostvars[name]
+        restart = hv["_server_restart"] if "_server_restart" in hv else None
+        if not restart:
+            continue
+        planned.append({"instances": hv["_server_instances"] if "_server_instances" in hv else [],
+                        "restart": restart.get("restart"), "started": restart.get("started")})
+    return restarting_groups(planned)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"restarting_groups": _restarting_groups}
