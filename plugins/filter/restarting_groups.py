@@ -11,7 +11,7 @@ version_added: 0.4.0
 description:
   - The keys (C(address:rpc_port) of the head) of the serving groups with an instance that
     restarts or starts on any host of the batch, in the batch's order. The deploy restarts every
-    member of such a group, even one whose own files did not change (docs/serving-groups.md): a
+    member of such a group, even one whose own files did not change (docs/serving-groups.md), since a
     member bound to a head that restarted without it stays out of the group.
   - A host that has not planned its restart (no C(_server_restart)) is left out.
 options:

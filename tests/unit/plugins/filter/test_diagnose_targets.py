@@ -45,8 +45,8 @@ def test_a_url_per_instance_wins_and_a_local_host_keeps_the_record_url():
 
 
 def test_no_record_no_target_and_an_undefined_address_falls_back():
-    hostvars = {"new": {}, "odd": Undefined(_diagnose_instances=[MAIN], ansible_host="odd.example.net",
-                                              vllm_diagnose_address="{{ nope }}")}
+    odd = Undefined(_diagnose_instances=[MAIN], ansible_host="odd.example.net", vllm_diagnose_address="{{ nope }}")
+    hostvars = {"new": {}, "odd": odd}
     assert [t["url"] for t in _diagnose_targets(["new", "odd"], hostvars)] == ["http://odd.example.net:8000"]
 
 
