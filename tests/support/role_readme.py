@@ -64,8 +64,9 @@ def render(role):
         out += ["Internal: included by the other roles of the collection; not meant to be used"
                 " on its own.", ""]
     out += [text(d) + "\n" for d in main.get("description") or []]
+    # the login is an ordinary user with sudo (docs/playbooks.md): root for the role, not the play
     out += ["## Use", "", "```yaml", "- name: Apply kvfleet.vllm.%s" % role, "  hosts: gpu",
-            "  roles:", "    - kvfleet.vllm.%s" % role, "```", "",
+            "  roles:", "    - role: kvfleet.vllm.%s" % role, "      become: true", "```", "",
             "`ansible-doc -t role kvfleet.vllm.%s` shows the same." % role, ""]
     for entry in ["main"] + sorted(e for e in specs if e != "main"):
         spec = specs[entry]
