@@ -1,4 +1,4 @@
-"""systemctl_show and start_spec: two of the server role's steps as filters, not Jinja loops."""
+"""systemctl_show, start_spec and check_mode_starts: three of the server role's steps as filters, not Jinja loops."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvfleet.vllm.plugins.filter.check_mode_starts import check_mode_starts
 from ansible_collections.kvfleet.vllm.plugins.filter.start_spec import start_spec
 from ansible_collections.kvfleet.vllm.plugins.filter.systemctl_show import systemctl_show
 
@@ -45,3 +46,15 @@ def test_each_unit_with_the_files_its_process_reads_at_start():
 def test_bad_input_is_named(instances, tls_dir, words):
     with pytest.raises(AnsibleFilterError, match=words):
         start_spec(instances, tls_dir=tls_dir)
+
+
+def test_in_check_mode_a_changed_result_for_a_unit_not_active_would_start():
+    results = [{"item": {"unit": "vllm-a.service"}, "changed": True, "status": {"ActiveState": "inactive"}},
+               {"item": {"unit": "vllm-b.service"}, "changed": True, "status": {"ActiveState": "active"}},
+               {"item": {"unit": "vllm-c.service"}, "changed": False, "status": {"ActiveState": "failed"}},
+               {"item": {"unit": "vllm-d.service"}, "skipped": True, "changed": False},
+               {"item": {"unit": "vllm-e.service"}, "changed": True}]
+    assert check_mode_starts(results) == [
+        {"unit": "vllm-a.service", "started": True, "stale": False, "why": None},
+        {"unit": "vllm-e.service", "started": True, "stale": False, "why": None}]
+    assert check_mode_starts(None) == []
