@@ -47,27 +47,19 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import current_record, var
+
 LIMITS = ("max_num_batched_tokens", "max_num_active_seqs", "max_model_len")
-
-
-def _get(mapping, key, default=None):
-    """mapping[key], or default where it is missing or null (hostvars hold undefined values too)."""
-    try:
-        value = mapping[key] if key in mapping else default
-    except Exception:  # an undefined variable of hostvars raises on access
-        return default
-    return default if value is None else value
 
 
 def host_targets(name, hv):
     """The targets of one host, from that host's variables (a mapping)."""
-    cached = _get(_get(_get(hv, "ansible_local", {}), "kvfleet_vllm_server", {}), "current", {})
-    instances = _get(hv, "_diagnose_instances", None)
+    instances = var(hv, "_diagnose_instances")
     if instances is None:
-        instances = _get(cached, "instances", [])
-    urls = _get(hv, "vllm_diagnose_urls", {})
-    local = _get(hv, "ansible_connection", "ssh") == "local"
-    address = _get(hv, "vllm_diagnose_address", None) or _get(hv, "ansible_host", None) or name
+        instances = current_record(hv).get("instances") or []
+    urls = var(hv, "vllm_diagnose_urls", {})
+    local = var(hv, "ansible_connection", "ssh") == "local"
+    address = var(hv, "vllm_diagnose_address") or var(hv, "ansible_host") or name
     out = []
     for inst in instances:
         if not isinstance(inst, Mapping) or not inst.get("name"):

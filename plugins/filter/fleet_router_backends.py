@@ -48,12 +48,7 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvfleet.vllm.plugins.filter.router_backends import _router_backends
-
-
-def _var(hv, key, default=None):
-    """hostvars' hv[key], or default where it is missing or null."""
-    value = hv[key] if key in hv else None
-    return default if value is None else value
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import current_record, var
 
 
 def _fleet_router_backends(hosts, hostvars=None, router_host=""):
@@ -62,9 +57,9 @@ def _fleet_router_backends(hosts, hostvars=None, router_host=""):
     out = []
     for name in hosts:
         hv = hostvars[name]
-        current = (_var(hv, "ansible_local", {}).get("kvfleet_vllm_server") or {}).get("current") or {}
-        records = current["instances"] if "instances" in current else _var(hv, "_server_records", [])
-        address = _var(hv, "vllm_router_backend_address") or _var(hv, "ansible_host") or name
+        current = current_record(hv)
+        records = current["instances"] if "instances" in current else var(hv, "_server_records", [])
+        address = var(hv, "vllm_router_backend_address") or var(hv, "ansible_host") or name
         out.extend(_router_backends(records, address, host=name, same_host=name == router_host))
     return out
 

@@ -42,6 +42,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import var
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import restarting_groups
 
 
@@ -51,10 +52,10 @@ def _restarting_groups(hosts, hostvars=None):
     planned = []
     for name in hosts:
         hv = hostvars[name]
-        restart = hv["_server_restart"] if "_server_restart" in hv else None
+        restart = var(hv, "_server_restart")
         if not restart:
             continue
-        planned.append({"instances": hv["_server_instances"] if "_server_instances" in hv else [],
+        planned.append({"instances": var(hv, "_server_instances", []),
                         "restart": restart.get("restart"), "started": restart.get("started")})
     return restarting_groups(planned)
 

@@ -1,0 +1,24 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) kvfleet.vllm contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+"""Reading one host's variables (an entry of Ansible's hostvars) in a filter: one way, for every
+filter that looks across hosts."""
+
+from __future__ import annotations
+
+
+def var(hv, key, default=None):
+    """hv[key], or default where it is missing, null, or a template that cannot be rendered
+    (hostvars render a value when it is read)."""
+    try:
+        value = hv[key] if key in hv else None
+    except Exception:  # an undefined variable in the value's template
+        return default
+    return default if value is None else value
+
+
+def current_record(hv):
+    """The host's deployment record as last read (ansible_local.kvfleet_vllm_server.current), {} if none."""
+    facts = var(hv, "ansible_local", {})
+    return ((facts.get("kvfleet_vllm_server") or {}).get("current") or {}) if hasattr(facts, "get") else {}
