@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 import pytest
 import yaml
 
-from ansible_collections.kvfleet.vllm.tests.unit.plugins.test_playbook_includes import ROOT
+from ansible_collections.kvfleet.vllm.tests.unit.plugins.test_playbook_includes import ROOT, _tasks, _yaml_files
 
 PLAYBOOKS = os.path.join(ROOT, "playbooks")
 # task files and role entry points that read world-readable files or only compute: no root
@@ -145,3 +146,35 @@ def test_a_play_that_becomes_root_for_everything_is_flagged(tmp_path):
     path.write_text(yaml.safe_dump([{"name": "p", "hosts": "all", "become": True, "tasks": []},
                                     {"name": "q", "hosts": "all", "roles": ["kvfleet.vllm.router"]}]))
     assert [w for _f, _n, w in playbook_slips(str(path))] == ["become for the whole play", "a role without become"]
+
+
+SECRET = re.compile(r"(api_key|token|secret|password|passwd|credential)", re.I)
+
+
+def secret_environments(tasks):
+    """(task name, variable) of each task that hands a secret-looking value to its environment:
+    with become, Ansible writes a task's environment on sudo's command line, which sudo logs to
+    the journal (the fleet scenario's secrets section caught its own search doing so)."""
+    bad = []
+    for task in tasks:
+        env = task.get("environment")
+        if isinstance(env, dict):
+            bad += [(task.get("name"), k) for k, v in env.items() if SECRET.search("%s %s" % (k, v))]
+        elif isinstance(env, str) and SECRET.search(env):
+            bad.append((task.get("name"), env))
+    return bad
+
+
+def test_no_task_hands_a_secret_to_its_environment():
+    tasks = []
+    for path in _yaml_files():
+        with open(path, encoding="utf-8") as f:
+            tasks += list(_tasks(yaml.safe_load(f)))
+    assert secret_environments(tasks) == []
+
+
+def test_the_environment_check_flags_a_secret():
+    assert secret_environments([{"name": "t", "environment": {"HF_TOKEN": "{{ vllm_server_hf_token }}"}},
+                                {"name": "u", "environment": {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}},
+                                {"name": "v", "environment": "{{ lb_credentials }}"}]) == [
+        ("t", "HF_TOKEN"), ("v", "{{ lb_credentials }}")]
