@@ -72,26 +72,31 @@ setup_steps() {
 }
 stage_setup() {
   local steps; steps=$(setup_steps)
-  # the tool venv first (and promtool: apt, which Podman's setup uses too); then Podman and the
-  # test-host image before the lanes start (both lanes use them: fresh, molecule), built while
-  # pip fetches and installs the rest: one waits on the Debian mirror, the other on PyPI
-  bash "$HERE/setup.sh" tools
-  local host_pid=
-  if any_of molecule fresh; then
-    (bash "$HERE/hosts/setup-host.sh" && bash "$HERE/hosts/build-image.sh") &
-    host_pid=$!
+  local rc=0 side=() pid rest="${steps#tools}" step
+  # The vLLM venv (pip, the longest step from an empty cache) and then the model made with it,
+  # beside everything else from the start: neither needs the tool venv or apt.
+  if [[ " $rest " == *" vllm "* ]]; then
+    bash "$HERE/setup.sh" vllm model & side+=("$!")
+    rest="${rest/ vllm/}"; rest="${rest/ model/}"
   fi
-  # the wheelhouse (a download with the tool venv's pip) and the newest ansible-core beside the
-  # vLLM venv's install: the fleet lane waits on all three, and none needs another
-  local rc=0 side=() pid rest="${steps#tools}"
-  for step in wheelhouse latest; do
-    if [[ " $rest " == *" $step "* ]]; then
-      bash "$HERE/setup.sh" "$step" & side+=("$!")
-      rest="${rest/ $step/}"
-    fi
-  done
-  bash "$HERE/setup.sh" $rest || rc=$?
-  for pid in "${side[@]}" $host_pid; do wait "$pid" || rc=$?; done
+  # the tool venv (and promtool: apt, which Podman's setup uses too, so not beside it); then
+  # Podman and the test-host image before the lanes start (both lanes use them: fresh, molecule)
+  bash "$HERE/setup.sh" tools || rc=$?
+  if [ "$rc" -eq 0 ] && any_of molecule fresh; then
+    (bash "$HERE/hosts/setup-host.sh" && bash "$HERE/hosts/build-image.sh") & side+=("$!")
+  fi
+  # the wheelhouse (a download with the tool venv's pip) and the newest ansible-core: none of
+  # these needs another, and the fleet lane waits on all of them
+  if [ "$rc" -eq 0 ]; then
+    for step in wheelhouse latest; do
+      if [[ " $rest " == *" $step "* ]]; then
+        bash "$HERE/setup.sh" "$step" & side+=("$!")
+        rest="${rest/ $step/}"
+      fi
+    done
+    bash "$HERE/setup.sh" $rest || rc=$?
+  fi
+  for pid in "${side[@]}"; do wait "$pid" || rc=$?; done
   return "$rc"
 }
 stage_lint() { (cd "$KVFLEET_COLLECTION_COPY" && ansible-lint --profile production); }
