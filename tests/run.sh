@@ -15,15 +15,15 @@
 #   molecule  roles and fleet playbooks on Podman systemd hosts with real vLLM CPU servers
 #   fresh   units and build inside a pristine Debian 12 container with an empty
 #           cache (tests/fresh.sh): nothing may depend on what this machine already has
-# Two lanes after setup, side by side, each stopping at its first failing stage
+# Three lanes after setup, side by side, each stopping at its first failing stage
 # (docs/testing.md):
-#   fleet:  Molecule's fleet scenario;
-#   other:  bench and live (their vLLMs pinned to core 0) and Molecule's server scenario at
-#           nice 0, then lint sanity latest build fresh at nice 19, in a collection copy of its
-#           own.
-# The fleet's late sections (deploys under load) need the CPU most; the static stages at nice 19
-# take what it leaves. Each stage's time is printed against its budget (tests/budget.tsv): one over
-# it by more than half gets a loud warning (not a failure: the machine is shared).
+#   fleet:   Molecule's fleet scenario;
+#   vllm:    bench and live (their vLLMs pinned to core 0) and Molecule's server scenario, at nice 10;
+#   static:  lint sanity units latest build fresh at nice 19, from the start: the CPU time the
+#            others leave.
+# The vllm and static lanes each work in a collection copy of their own. Each stage's time is
+# printed against its budget (tests/budget.tsv): one over it by more than half gets a loud
+# warning (not a failure: the machine is shared).
 # bash tests/run.sh                      all stages
 # bash tests/run.sh units live           some stages
 # bash tests/run.sh section fleet router one verify section (or several: router,faults) on a
@@ -125,55 +125,66 @@ stage_fresh() { bash "$HERE/fresh.sh" units build; }
 STAGES="setup $STAGES"
 stage setup stage_setup
 
-lane_log=$(mktemp); fleet_log=$(mktemp); times_other=$(mktemp); times_fleet=$(mktemp); other_end=$(mktemp); other_pid=; fleet_pid=
+fleet_log=$(mktemp); times_fleet=$(mktemp); fleet_pid=
+declare -A lane_log=() lane_times=() lane_end=() lane_pid=() lane_rc=()
+for l in vllm static; do lane_log[$l]=$(mktemp); lane_times[$l]=$(mktemp); lane_end[$l]=$(mktemp); lane_pid[$l]=; lane_rc[$l]=0; done
 # on any exit: end a lane still running (an interrupted or failed run). A lane that already
 # ended has no process left to signal, which is not an error: the lanes' own exit codes are
 # what decides the run (checked below), not this cleanup.
 finish() {
-  # only a lane still running is signalled (an interrupted or failed run); the run's result is
-  # each lane's own exit code, read by wait below, never this cleanup's
-  if [ -n "$other_pid" ] && kill -0 -- "-$other_pid" 2>/dev/null; then kill -- "-$other_pid"; fi
+  local l
+  for l in vllm static; do
+    if [ -n "${lane_pid[$l]}" ] && kill -0 -- "-${lane_pid[$l]}" 2>/dev/null; then kill -- "-${lane_pid[$l]}"; fi
+  done
   if [ -n "$fleet_pid" ] && kill -0 "$fleet_pid" 2>/dev/null; then kill "$fleet_pid"; fi
-  rm -f "$lane_log" "$fleet_log" "$times_other" "$times_fleet" "$other_end"
+  rm -f "$fleet_log" "$times_fleet" "${lane_log[@]}" "${lane_times[@]}" "${lane_end[@]}"
 }
 trap finish EXIT
 t_lanes=$(date +%s)
-if any_of lint sanity units latest build fresh bench live molecule; then
-  # its own copy: sanity must read a tree that nothing else writes into (the fleet lane's
-  # Molecule reads the default one)
-  set -m   # a process group of its own, so that `kill -- -PID` ends all of the lane
+# lane NAME NICE: runs the lane's stages (lane_NAME) in the background, in a collection copy of
+# its own (sanity must read a tree that nothing else writes into; the fleet lane's Molecule reads
+# the default one), at NICE or lower, in a process group of its own (`kill -- -PID` ends all of it)
+lane() {
+  local l=$1 n=$2
+  set -m
   (
-    export KVFLEET_COLLECTIONS="$KVFLEET_CACHE/collections-static"
+    export KVFLEET_COLLECTIONS="$KVFLEET_CACHE/collections-$l"
     export KVFLEET_COLLECTION_COPY="$KVFLEET_COLLECTIONS/ansible_collections/kvfleet/vllm"
     export ANSIBLE_COLLECTIONS_PATH="$KVFLEET_COLLECTIONS"
     TIMES=()
-    bash "$HERE/setup.sh" copy
-    # The fleet lane is the longer one: this lane yields. vLLM's stages first, at nice 10, their
-    # own servers on core 0, beside the fleet's converge and first sections; the static stages
-    # then at nice 19 beside its deploys under load. The fleet's hosts are containers, under
-    # cgroup v1 one group that weighs as much as a single nice-0 thread of this lane; this
-    # lane's own containers (the server scenario's host, fresh's) weigh a quarter of a fleet
-    # host (--cpu-shares 256).
     # only ever raised: lowering needs privileges that fresh's container (which runs this script
-    # with units and build, started from this lane at nice 19) does not have
-    [ "$(nice)" -ge 10 ] || renice -n 10 -p "$BASHPID" >/dev/null
-    export KVFLEET_VLLM_CPUS=0
-    stage bench stage_bench
-    stage live stage_live
-    stage molecule stage_molecule server
-    [ "$(nice)" -ge 19 ] || renice -n 19 -p "$BASHPID" >/dev/null
-    stage lint stage_lint
-    stage sanity stage_sanity
-    stage units stage_units
-    stage latest stage_latest
-    stage build stage_build
-    stage fresh stage_fresh
-    [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_other"
-    date +%s > "$other_end"
-  ) > "$lane_log" 2>&1 < /dev/null &
-  other_pid=$!
+    # with units and build, started from the static lane at nice 19) does not have
+    [ "$(nice)" -ge "$n" ] || renice -n "$n" -p "$BASHPID" >/dev/null
+    bash "$HERE/setup.sh" copy
+    "lane_$l"
+    [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "${lane_times[$l]}"
+    date +%s > "${lane_end[$l]}"
+  ) > "${lane_log[$l]}" 2>&1 < /dev/null &
+  lane_pid[$l]=$!
   set +m
-fi
+}
+# The fleet lane is the longest: the others yield. The vLLM lane's servers run on core 0, at
+# nice 10, beside the fleet's converge and first sections; the fleet's hosts are containers,
+# under cgroup v1 one group that weighs as much as a single nice-0 thread of the other lanes,
+# and this lane's own container (the server scenario's host) weighs a quarter of a fleet host
+# (--cpu-shares 256). The static lane runs at nice 19 from the start: it takes the CPU time the
+# others leave (their waits, the fleet's sleeps), and its containers (fresh's) weigh a quarter too.
+lane_vllm() {
+  export KVFLEET_VLLM_CPUS=0
+  stage bench stage_bench
+  stage live stage_live
+  stage molecule stage_molecule server
+}
+lane_static() {
+  stage lint stage_lint
+  stage sanity stage_sanity
+  stage units stage_units
+  stage latest stage_latest
+  stage build stage_build
+  stage fresh stage_fresh
+}
+! any_of bench live molecule || lane vllm 10
+! any_of lint sanity units latest build fresh || lane static 19
 # a background job, not `( ... ) || rc=$?`: errexit is off inside a subshell that `||` tests
 (
   TIMES=()
@@ -183,18 +194,21 @@ fi
 fleet_pid=$!
 fleet_rc=0; wait "$fleet_pid" || fleet_rc=$?
 fleet_pid=; t_fleet=$(( $(date +%s) - t_lanes ))
-other_rc=0
-if [ -n "$other_pid" ]; then
-  wait "$other_pid" || other_rc=$?
-  other_pid=
-  printf '\n===== the other lane (lint sanity latest build fresh, bench live, molecule server; ran beside the fleet lane) =====\n'
-  cat "$lane_log"
-fi
-e=$(cat "$other_end"); t_other=$(( ${e:-$(date +%s)} - t_lanes ))
+declare -A t_lane=()
+for l in vllm static; do
+  if [ -n "${lane_pid[$l]}" ]; then
+    wait "${lane_pid[$l]}" || lane_rc[$l]=$?
+    lane_pid[$l]=
+    printf '\n===== the %s lane (%s; ran beside the fleet lane) =====\n' "$l" \
+      "$( [ $l = vllm ] && echo 'bench live, molecule server' || echo 'lint sanity units latest build fresh')"
+    cat "${lane_log[$l]}"
+  fi
+  e=$(cat "${lane_end[$l]}"); t_lane[$l]=$(( ${e:-$(date +%s)} - t_lanes ))
+done
 mapfile -t -O "${#TIMES[@]}" TIMES < "$times_fleet"
-mapfile -t -O "${#TIMES[@]}" TIMES < "$times_other"
+for l in vllm static; do mapfile -t -O "${#TIMES[@]}" TIMES < "${lane_times[$l]}"; done
 echo
-echo "TIMING ${TIMES[*]} fleet_lane=${t_fleet}s other_lane=${t_other}s total=$(( $(date +%s) - t_all ))s"
+echo "TIMING ${TIMES[*]} fleet_lane=${t_fleet}s vllm_lane=${t_lane[vllm]}s static_lane=${t_lane[static]}s total=$(( $(date +%s) - t_all ))s"
 # every stage against its budget, in one table (the loud warnings above are in each lane's log)
 for t in "${TIMES[@]}"; do
   k=${t%%=*}; v=${t#*=}; v=${v%s}; b=$(budget "$k")
@@ -207,14 +221,14 @@ why_failed() {
   grep -a -E -A 6 '^(fatal|failed): |^ERROR! |^CRITICAL |^FAILED |^E {3}|^ERROR: |Error: ' "$1" |
     grep -a -v -E '^(FAILED - RETRYING|\.\.\.ignoring)' | cut -c1-1500 | tail -n 80 | tail -c 9000
 }
-if [ "$fleet_rc" -ne 0 ] || [ "$other_rc" -ne 0 ]; then
-  for l in fleet other; do
-    rc_var=${l}_rc; [ "${!rc_var}" -ne 0 ] || continue
-    f=$fleet_log; [ $l = fleet ] || f=$lane_log
+if [ "$fleet_rc" -ne 0 ] || [ "${lane_rc[vllm]}" -ne 0 ] || [ "${lane_rc[static]}" -ne 0 ]; then
+  for l in fleet vllm static; do
+    if [ $l = fleet ]; then rc=$fleet_rc f=$fleet_log; else rc=${lane_rc[$l]} f=${lane_log[$l]}; fi
+    [ "$rc" -ne 0 ] || continue
     printf '\n===== why the %s lane failed (its errors, the last last; the whole log is above) =====\n' "$l"
     why_failed "$f" || echo "(no error line found: see the lane's log above)"
   done
-  echo "FAILED: the fleet lane (molecule fleet) rc=$fleet_rc, the other lane rc=$other_rc;" \
-       "each lane stops at its first failing stage" >&2
+  echo "FAILED: the fleet lane (molecule fleet) rc=$fleet_rc, the vllm lane rc=${lane_rc[vllm]}," \
+       "the static lane rc=${lane_rc[static]}; each lane stops at its first failing stage" >&2
   exit 1
 fi

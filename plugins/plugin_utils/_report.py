@@ -8,6 +8,7 @@ diagnose report's charts, as inline SVG. Stdlib only."""
 from __future__ import annotations
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import finite, history_series
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._outcome import OUTCOMES, SERVING
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import failed_checks
 
 __all__ = ["COLOURS", "COLUMNS", "DEPLOY_COLUMNS", "OUTCOMES", "analysis_charts_html", "charts_html", "deploy_lines", "diagnosis_rows",
@@ -207,16 +208,9 @@ def table_lines(rows):
 
 DEPLOY_COLUMNS = (("HOST", 20), ("BATCH", 5), ("BEFORE", 22), ("AFTER", 22), ("OUTCOME", 16),
                   ("SECONDS", 7), ("DETAIL", 60))
-# what a deploy did to a host; 'checked': a --check run (the role's changed tasks say what
-# would change); 'restarted': same settings, a process older than its files restarted;
-# 'resumed': a host an earlier run left drained, verified and put back; 'untouched' hosts were
-# never reached (a batch before them failed); 'interrupted' and 'unreachable' come from the
-# deploy_report callback when a run ends before its own summary
-OUTCOMES = ("upgraded", "restarted", "resumed", "unchanged", "checked", "rolled back",
-            "rollback failed", "first install failed", "failed before change", "unhealthy", "interrupted",
-            "unreachable", "refused", "untouched")
-# outcomes whose host serves what the run left ("after" is what runs)
-_SERVING = ("upgraded", "restarted", "resumed", "unchanged")
+# the outcomes (OUTCOMES) and the serving ones are plugin_utils/_outcome.py's, where a host's
+# outcome is decided
+_SERVING = SERVING
 
 
 def _version(rec):

@@ -13,10 +13,9 @@ data; plugins/filter/analysis_sides.py and restart_baseline.py read the play's f
 from __future__ import annotations
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import record_limits
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._outcome import SERVING
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._router import RouterError, reach
 
-# outcomes of a host that serves what it was verified with (tasks/deploy_keep.yml)
-SERVING = ("upgraded", "restarted", "resumed", "unchanged")
 INCONCLUSIVE_POLICIES = ("fail_canary", "fail", "pass")
 # the module's result, as the report keeps it (no samples: they are the analysis's raw data)
 _DIGEST_KEYS = ("verdict", "reason", "mode", "checks", "requests", "causes", "window_seconds")

@@ -16,7 +16,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 mkdir -p "$HOSTS_STATE"/{etc,storage,run,networks}
 # put_file DEST: stdin into DEST, only if it differs, by rename: tests/run.sh's two lanes call
-# this script while podman in the other lane reads these files
+# this script while podman in another lane reads these files
 put_file() {
   local tmp; tmp=$(mktemp "$1.XXXXXX"); cat > "$tmp"
   if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else chmod 0644 "$tmp"; mv -f "$tmp" "$1"; fi
