@@ -2,7 +2,9 @@
 # Copyright (c) kvfleet.vllm contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
-"""The deploy's analysis under traffic, decided in Python (kvfleet.vllm.deploy's analyse step).
+"""The deploy's batch order and its analysis under traffic, decided in Python (kvfleet.vllm.deploy).
+
+The batch order: hosts an earlier run left drained first (batch_order), then the inventory's.
 
 Which servers are the canary and which the baseline, whether the analysis host can reach them,
 what a verdict makes the deploy do, and what of the module's result the report keeps; and the
@@ -23,6 +25,18 @@ _DIGEST_KEYS = ("verdict", "reason", "mode", "checks", "requests", "causes", "wi
 
 class RolloutError(ValueError):
     """A setting or a host the analysis cannot work with; the message names it."""
+
+
+def batch_order(hosts, reachable, left_drained):
+    """The deploy's hosts in batch order: those an earlier run left drained (a marker on the host)
+    first, then the others, each part in the inventory's order (hosts). Only a reachable host can
+    be finished first; an unreachable one keeps its place."""
+    if not isinstance(hosts, (list, tuple)):
+        raise RolloutError("hosts must be a list of host names, got %r" % (hosts,))
+    reachable = set(reachable or [])
+    drained = set(left_drained or [])
+    first = [h for h in hosts if h in reachable and h in drained]
+    return first + [h for h in hosts if h not in first]
 
 
 def _analysable(records):

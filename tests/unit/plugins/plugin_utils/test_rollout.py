@@ -231,3 +231,22 @@ def test_a_peer_bound_to_loopback_is_refused_naming_it():
         restart_baseline({"node2": {"instances": [rec("127.0.0.1")]}}, host="node1")
     with pytest.raises(AnsibleFilterError, match="needs host"):
         restart_baseline({}, host="")
+
+
+def test_batch_order_puts_hosts_left_drained_first_in_inventory_order():
+    from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import batch_order
+    hosts = ["n1", "n2", "n3", "n4"]
+    assert batch_order(hosts, hosts, []) == hosts
+    assert batch_order(hosts, hosts, ["n4", "n2"]) == ["n2", "n4", "n1", "n3"]
+    # an unreachable host left drained keeps its place: it cannot be finished first
+    assert batch_order(hosts, ["n1", "n2", "n4"], ["n3", "n4"]) == ["n4", "n1", "n2", "n3"]
+    # a name that is not among the hosts changes nothing
+    assert batch_order(hosts, hosts, ["elsewhere"]) == hosts
+
+
+def test_batch_order_refuses_what_is_not_a_list():
+    import pytest
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.kvfleet.vllm.plugins.filter.deploy_order import FilterModule
+    with pytest.raises(AnsibleFilterError, match="hosts must be a list"):
+        FilterModule().filters()["deploy_order"]("n1", [], [])
