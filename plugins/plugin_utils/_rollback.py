@@ -27,11 +27,8 @@ class RollbackError(ValueError):
 
 
 def _unique(items):
-    out = []
-    for item in items:
-        if item not in out:
-            out.append(item)
-    return out
+    """Unit names once each, in their first order."""
+    return list(dict.fromkeys(items))
 
 
 def _names(value, what):
