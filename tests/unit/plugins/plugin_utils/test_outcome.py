@@ -18,8 +18,9 @@ A = {"version": "0.32.0", "config": "aaaa"}
 B = {"version": "0.32.0", "config": "bbbb"}
 
 
-def entry(before=A, left_drained=None, result="untouched", host="h1"):
-    return {"host": host, "before": before, "outcome": result, "batch": 1, "left_drained": left_drained}
+def entry(before=None, left_drained=None, result="untouched", host="h1"):
+    return {"host": host, "before": dict(A) if before is None else before, "outcome": result, "batch": 1,
+            "left_drained": left_drained}
 
 
 @pytest.mark.parametrize("now, restarted, drained, check, expected", [
@@ -135,7 +136,7 @@ def test_the_playbook_calls_the_same_outcomes_good():
 
 def test_the_filter_says_what_is_wrong():
     f = FilterModule().filters()["deploy_outcome"]
-    assert f(entry(), "kept", now=B, check_mode="False" == "True")["outcome"] == "upgraded"
+    assert f(entry(), "kept", now=B, check_mode=False)["outcome"] == "upgraded"
     with pytest.raises(AnsibleFilterError, match="event must be one of"):
         f(entry(), "done")
 
