@@ -15,15 +15,14 @@
 #   molecule  roles and fleet playbooks on Podman systemd hosts with real vLLM CPU servers
 #   fresh   units and build inside a pristine Debian 12 container with an empty
 #           cache (tests/fresh.sh): nothing may depend on what this machine already has
-# Three lanes after setup, side by side, each stopping at its first failing stage
+# Two lanes after setup, side by side, each stopping at its first failing stage
 # (docs/testing.md):
-#   fleet:   Molecule's fleet scenario;
-#   vllm:    bench and live (their vLLMs pinned to core 0) and Molecule's server scenario, at nice 10;
-#   static:  lint sanity units latest build fresh at nice 19, from the start: the CPU time the
-#            others leave.
-# The vllm and static lanes each work in a collection copy of their own. Each stage's time is
-# printed against its budget (tests/budget.tsv): one over it by more than half gets a loud
-# warning (not a failure: the machine is shared).
+#   fleet:  Molecule's fleet scenario;
+#   other:  bench and live (their vLLMs pinned to core 0) and Molecule's server scenario at
+#           nice 10, then lint sanity units latest build fresh at nice 19, in a collection copy of
+#           its own.
+# Each stage's time is printed against its budget (tests/budget.tsv): one over it by more than
+# half gets a loud warning (not a failure: the machine is shared).
 # bash tests/run.sh                      all stages
 # bash tests/run.sh units live           some stages
 # bash tests/run.sh section fleet router one verify section (or several: router,faults) on a
@@ -125,37 +124,25 @@ stage_fresh() { bash "$HERE/fresh.sh" units build; }
 STAGES="setup $STAGES"
 stage setup stage_setup
 
-IDLE_GROUP=/sys/fs/cgroup/cpu/kvfleet-idle   # the static lane's cpu group (idle_group below)
 fleet_log=$(mktemp); times_fleet=$(mktemp); fleet_pid=
 declare -A lane_log=() lane_times=() lane_end=() lane_pid=() lane_rc=()
-for l in vllm static; do lane_log[$l]=$(mktemp); lane_times[$l]=$(mktemp); lane_end[$l]=$(mktemp); lane_pid[$l]=; lane_rc[$l]=0; done
+for l in other; do lane_log[$l]=$(mktemp); lane_times[$l]=$(mktemp); lane_end[$l]=$(mktemp); lane_pid[$l]=; lane_rc[$l]=0; done
 # on any exit: end a lane still running (an interrupted or failed run). A lane that already
 # ended has no process left to signal, which is not an error: the lanes' own exit codes are
 # what decides the run (checked below), not this cleanup.
 finish() {
   local l
-  for l in vllm static; do
+  for l in other; do
     if [ -n "${lane_pid[$l]}" ] && kill -0 -- "-${lane_pid[$l]}" 2>/dev/null; then kill -- "-${lane_pid[$l]}"; fi
   done
   if [ -n "$fleet_pid" ] && kill -0 "$fleet_pid" 2>/dev/null; then kill "$fleet_pid"; fi
   rm -f "$fleet_log" "$times_fleet" "${lane_log[@]}" "${lane_times[@]}" "${lane_end[@]}"
-  rmdir "$IDLE_GROUP" 2>/dev/null || true   # only once empty: a run beside this one may use it
 }
 trap finish EXIT
 t_lanes=$(date +%s)
 # lane NAME NICE: runs the lane's stages (lane_NAME) in the background, in a collection copy of
 # its own (sanity must read a tree that nothing else writes into; the fleet lane's Molecule reads
 # the default one), at NICE or lower, in a process group of its own (`kill -- -PID` ends all of it)
-# idle_group: this lane's process (and what it starts) in a cgroup v1 cpu group with cpu.idle,
-# which runs only on CPU time no other task wants. Nice alone does not hold it back: with
-# autogroup (sched_autogroup_enabled, as on our machines) nice counts only within a session, and
-# the lane shares its session with the fleet lane's Ansible while the fleet's hosts are a cgroup
-# of their own; run at nice 19 beside the fleet's converge, the static stages doubled its vLLM
-# install (315 s against 165). Where the group cannot be made (a container, no cpu.idle), nice.
-idle_group() {
-  [ -w "${IDLE_GROUP%/*}" ] && mkdir -p "$IDLE_GROUP" 2>/dev/null && [ -w "$IDLE_GROUP/cpu.idle" ] &&
-    echo 1 > "$IDLE_GROUP/cpu.idle" && echo "$BASHPID" > "$IDLE_GROUP/cgroup.procs"
-}
 lane() {
   local l=$1 n=$2
   set -m
@@ -165,11 +152,8 @@ lane() {
     export ANSIBLE_COLLECTIONS_PATH="$KVFLEET_COLLECTIONS"
     TIMES=()
     # only ever raised: lowering needs privileges that fresh's container (which runs this script
-    # with units and build, started from the static lane at nice 19) does not have
+    # with units and build, started from the other lane at nice 19) does not have
     [ "$(nice)" -ge "$n" ] || renice -n "$n" -p "$BASHPID" >/dev/null
-    if [ "$l" = static ]; then
-      if idle_group 2>/dev/null; then echo "the static lane runs in $IDLE_GROUP (cpu.idle)"; else echo "the static lane runs at nice $n"; fi
-    fi
     bash "$HERE/setup.sh" copy
     "lane_$l"
     [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "${lane_times[$l]}"
@@ -178,20 +162,23 @@ lane() {
   lane_pid[$l]=$!
   set +m
 }
-# The fleet lane is the longest: the others yield. The vLLM lane's servers run on core 0, at
-# nice 10, beside the fleet's converge and first sections; the fleet's hosts are containers,
-# under cgroup v1 one group that weighs as much as a single nice-0 thread of the other lanes,
-# and this lane's own container (the server scenario's host) weighs a quarter of a fleet host
-# (--cpu-shares 256). The static lane runs from the start on the CPU time the others leave (their
-# waits, the fleet's sleeps): in an idle cpu group (idle_group), else at nice 19; its container
-# (fresh's) weighs a quarter of a fleet host.
-lane_vllm() {
+# The fleet lane is the longer one: the other lane yields. vLLM's stages first, at nice 10, their
+# own servers on core 0, beside the fleet's converge and first sections; the static stages then
+# at nice 19, on the CPU the fleet's deploys under load leave (its vLLMs run on core 1). The
+# fleet's hosts are containers, under cgroup v1 one group that weighs as much as a single nice-0
+# thread of this lane; this lane's own containers (the server scenario's host, fresh's) weigh a
+# quarter of a fleet host (--cpu-shares 256). Nice counts only within an autogroup (one per
+# setsid; autogroup is on here), so the static stages wait for the vLLM stages instead of running
+# beside the fleet's converge: at nice 19 from the start they slowed its vLLM install from 165 s
+# to 315 s.
+lane_other() {
   export KVFLEET_VLLM_CPUS=0
   stage bench stage_bench
   stage live stage_live
   stage molecule stage_molecule server
-}
-lane_static() {
+  # only ever raised: lowering needs privileges that fresh's container (which runs this script
+  # with units and build, started from this lane at nice 19) does not have
+  [ "$(nice)" -ge 19 ] || renice -n 19 -p "$BASHPID" >/dev/null
   stage lint stage_lint
   stage sanity stage_sanity
   stage units stage_units
@@ -199,8 +186,7 @@ lane_static() {
   stage build stage_build
   stage fresh stage_fresh
 }
-! any_of bench live molecule || lane vllm 10
-! any_of lint sanity units latest build fresh || lane static 19
+! any_of bench live molecule lint sanity units latest build fresh || lane other 10
 # a background job, not `( ... ) || rc=$?`: errexit is off inside a subshell that `||` tests
 (
   TIMES=()
@@ -211,20 +197,19 @@ fleet_pid=$!
 fleet_rc=0; wait "$fleet_pid" || fleet_rc=$?
 fleet_pid=; t_fleet=$(( $(date +%s) - t_lanes ))
 declare -A t_lane=()
-for l in vllm static; do
+for l in other; do
   if [ -n "${lane_pid[$l]}" ]; then
     wait "${lane_pid[$l]}" || lane_rc[$l]=$?
     lane_pid[$l]=
-    printf '\n===== the %s lane (%s; ran beside the fleet lane) =====\n' "$l" \
-      "$( [ $l = vllm ] && echo 'bench live, molecule server' || echo 'lint sanity units latest build fresh')"
+    printf '\n===== the other lane (bench live, molecule server, then lint sanity latest build fresh; ran beside the fleet lane) =====\n'
     cat "${lane_log[$l]}"
   fi
   e=$(cat "${lane_end[$l]}"); t_lane[$l]=$(( ${e:-$(date +%s)} - t_lanes ))
 done
 mapfile -t -O "${#TIMES[@]}" TIMES < "$times_fleet"
-for l in vllm static; do mapfile -t -O "${#TIMES[@]}" TIMES < "${lane_times[$l]}"; done
+mapfile -t -O "${#TIMES[@]}" TIMES < "${lane_times[other]}"
 echo
-echo "TIMING ${TIMES[*]} fleet_lane=${t_fleet}s vllm_lane=${t_lane[vllm]}s static_lane=${t_lane[static]}s total=$(( $(date +%s) - t_all ))s"
+echo "TIMING ${TIMES[*]} fleet_lane=${t_fleet}s other_lane=${t_lane[other]}s total=$(( $(date +%s) - t_all ))s"
 # every stage against its budget, in one table (the loud warnings above are in each lane's log)
 for t in "${TIMES[@]}"; do
   k=${t%%=*}; v=${t#*=}; v=${v%s}; b=$(budget "$k")
@@ -237,14 +222,14 @@ why_failed() {
   grep -a -E -A 6 '^(fatal|failed): |^ERROR! |^CRITICAL |^FAILED |^E {3}|^ERROR: |Error: ' "$1" |
     grep -a -v -E '^(FAILED - RETRYING|\.\.\.ignoring)' | cut -c1-1500 | tail -n 80 | tail -c 9000
 }
-if [ "$fleet_rc" -ne 0 ] || [ "${lane_rc[vllm]}" -ne 0 ] || [ "${lane_rc[static]}" -ne 0 ]; then
-  for l in fleet vllm static; do
+if [ "$fleet_rc" -ne 0 ] || [ "${lane_rc[other]}" -ne 0 ]; then
+  for l in fleet other; do
     if [ $l = fleet ]; then rc=$fleet_rc f=$fleet_log; else rc=${lane_rc[$l]} f=${lane_log[$l]}; fi
     [ "$rc" -ne 0 ] || continue
     printf '\n===== why the %s lane failed (its errors, the last last; the whole log is above) =====\n' "$l"
     why_failed "$f" || echo "(no error line found: see the lane's log above)"
   done
-  echo "FAILED: the fleet lane (molecule fleet) rc=$fleet_rc, the vllm lane rc=${lane_rc[vllm]}," \
-       "the static lane rc=${lane_rc[static]}; each lane stops at its first failing stage" >&2
+  echo "FAILED: the fleet lane (molecule fleet) rc=$fleet_rc, the other lane rc=${lane_rc[other]};" \
+       "each lane stops at its first failing stage" >&2
   exit 1
 fi
