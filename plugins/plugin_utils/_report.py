@@ -208,9 +208,7 @@ def table_lines(rows):
 
 DEPLOY_COLUMNS = (("HOST", 20), ("BATCH", 5), ("BEFORE", 22), ("AFTER", 22), ("OUTCOME", 16),
                   ("SECONDS", 7), ("DETAIL", 60))
-# the outcomes (OUTCOMES) and the serving ones are plugin_utils/_outcome.py's, where a host's
-# outcome is decided
-_SERVING = SERVING
+# OUTCOMES and SERVING are plugin_utils/_outcome.py's, where a host's outcome is decided
 
 
 def _version(rec):
@@ -281,10 +279,10 @@ def deploy_lines(rows):
         counts[outcome] = counts.get(outcome, 0) + 1
         detail = " ".join(str(r.get("detail") or "-").split())
         warned = [z["warning"] for z in r.get("sizing") or [] if z.get("warning")]
-        if warned and outcome in _SERVING:
+        if warned and outcome in SERVING:
             detail = "; ".join(warned)
 
-        runtime = _runtime(r.get("runtime")) if outcome in _SERVING else ""
+        runtime = _runtime(r.get("runtime")) if outcome in SERVING else ""
         if runtime:
             detail = runtime if detail == "-" else "%s; %s" % (runtime, detail)
         staged = _staged(r.get("staged"))
@@ -294,7 +292,7 @@ def deploy_lines(rows):
             detail = "LEFT DRAINED. " + detail
         out.append(_line(DEPLOY_COLUMNS, [
             r.get("host"), _cell(r.get("batch")), _version(r.get("before")),
-            _version(r.get("after")) if outcome in _SERVING else "-",
+            _version(r.get("after")) if outcome in SERVING else "-",
             outcome, _cell(r.get("seconds"), "%.0f"),
             detail if len(detail) <= 120 else detail[:117] + "..."]))
         # on a line of its own, whole: the failed checks' numbers are the point
