@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import socket
 import threading
 import time
 
@@ -205,6 +206,10 @@ def with_deadline(work, seconds, abort=None):
                 pass
         raise DeadlineExceeded("no complete answer within %ss" % seconds)
     if "error" in box:
+        # the socket's own timeout is the same length and may fire first: the same outcome,
+        # so that callers name it the same (a serving group's lost engine, for one)
+        if isinstance(box["error"], socket.timeout):
+            raise DeadlineExceeded("no complete answer within %ss" % seconds)
         raise box["error"]
     return box["value"]
 

@@ -65,7 +65,11 @@ class VllmServer(object):
         env.update({"VLLM_CPU_OMP_THREADS_BIND": os.environ.get("KVFLEET_VLLM_CPUS", "nobind"),
                     "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": os.path.join(self.workdir, "cache"),
                     "TORCHINDUCTOR_CACHE_DIR": os.path.join(self.workdir, "inductor"),
-                    "VLLM_RPC_BASE_PATH": self.workdir, "OMP_NUM_THREADS": "1"})
+                    "VLLM_RPC_BASE_PATH": self.workdir, "OMP_NUM_THREADS": "1",
+                    # the executor a single-GPU host gets (uni, in the engine's process); vLLM
+                    # CPU otherwise runs a worker process that spins for 1 s after each step
+                    # (docs/testing.md, "vLLM's executor in the tests")
+                    "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
         env.update(self.environment)
         return env
 

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import socket
+
+import pytest
+
+from ansible_collections.kvfleet.vllm.plugins.module_utils import _probe
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import add_rates, diagnose
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import (
     Response, sample_until_decided, sample_window)
@@ -75,3 +80,17 @@ def test_sample_window_keeps_cadence_and_records_unreachable():
     # starts every 2 s; an unreachable record is stamped when the failure is known
     assert [s["time"] for s in snaps] == [100.5, 102.5, 104.5]
     assert all(s["healthy"] is False and "Connection refused" in s["error"] for s in snaps)
+
+
+def test_the_sockets_own_timeout_is_the_deadline():
+    # the socket's timeout and the deadline have the same length: whichever fires first, the
+    # caller sees DeadlineExceeded (the host program names a lost engine on it)
+    def work():
+        raise socket.timeout("timed out")
+    with pytest.raises(_probe.DeadlineExceeded, match="within 3s"):
+        _probe.with_deadline(work, 3)
+
+    def refused():
+        raise ConnectionRefusedError(111, "Connection refused")
+    with pytest.raises(ConnectionRefusedError):
+        _probe.with_deadline(refused, 3)
