@@ -6,8 +6,8 @@
 
 A restored instance restarts when its unit or environment file changed back, when it is not
 running, or when the failed deployment added a unit. A serving group restarts as one unit
-(docs/serving-groups.md): its heads stop first (their in-flight requests still need the workers'
-engines), then its workers; the workers start before the heads. It restarts when the deploy asks
+(docs/serving-groups.md), in the order every restart uses (module_utils/_group_order.py): its
+heads stop first, then its workers; the workers start before the heads. It restarts when the deploy asks
 (a member changed on another host), when the failed deployment touched one of its units, or when
 one of the restored group's units is touched. The failed deployment's own group units stop in the
 same order before the restored instances start. Pure; plugins/filter/rollback_plan.py reads the
@@ -17,6 +17,8 @@ role's facts into it.
 from __future__ import annotations
 
 import re
+
+from ansible_collections.kvfleet.vllm.plugins.module_utils._group_order import GROUP_STEPS, restart_order
 
 # an instance's environment (or key) file, named after the instance: its unit restarts with it
 _INSTANCE_FILE = re.compile(r"^(.*)\.(env|keys\.yaml)$")
@@ -56,19 +58,20 @@ def plan(backup_units, now_units=(), changed=(), running=(), current=None, insta
     not_running = [u for u in backup_units if u not in running]
     added = [u for u in _unique(now_units) if u not in backup_units]
     touched = changed_back + not_running + added
-    heads = [i.get("unit") for i in current.get("instances") or [] if isinstance(i, dict) and "group" in i]
-    workers = [w.get("unit") for w in current.get("workers") or [] if isinstance(w, dict)]
-    failed_group = [i for i in instances or [] if isinstance(i, dict) and "group" in (i.get("record") or {})
-                    and i.get("unit") in touched]
-    failed_heads = [i["unit"] for i in failed_group if not i.get("headless")]
-    failed_workers = [i["unit"] for i in failed_group if i.get("headless")]
-    restart_groups = bool(group_restart) or bool(failed_group) or any(u in touched for u in heads + workers)
-    stop = heads + failed_heads + workers + failed_workers if restart_groups else []
-    return {
-        "added": added,
-        "restart": [u for u in backup_units if u in touched + stop and u not in heads + workers],
-        "stop_heads": _unique(heads + failed_heads) if restart_groups else [],
-        "stop_workers": _unique(workers + failed_workers) if restart_groups else [],
-        "start_heads": heads if restart_groups else [],
-        "start_workers": workers if restart_groups else [],
-    }
+    # the restored groups' members, and the failed deployment's group units, each in the order
+    # every restart uses (module_utils/_group_order.py)
+    restored = restart_order([i for i in current.get("instances") or [] if isinstance(i, dict) and "group" in i],
+                             [w for w in current.get("workers") or [] if isinstance(w, dict)])
+    failed = restart_order([i for i in instances or [] if isinstance(i, dict) and "group" in (i.get("record") or {})
+                            and i.get("unit") in touched])
+    heads, workers = restored["start_heads"], restored["start_workers"]
+    restart_groups = (bool(group_restart) or bool(failed["stop_heads"] + failed["stop_workers"])
+                      or any(u in touched for u in heads + workers))
+    if not restart_groups:
+        steps = dict((key, []) for key, _verb in GROUP_STEPS)
+    else:
+        steps = dict((key, _unique(restored[key] + (failed[key] if key.startswith("stop") else [])))
+                     for key, _verb in GROUP_STEPS)
+    stop = steps["stop_heads"] + steps["stop_workers"]
+    return dict(steps, added=added,
+                restart=[u for u in backup_units if u in touched + stop and u not in heads + workers])

@@ -56,6 +56,8 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  
 from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (  # noqa: E402
     head_links, local_engines, process_tree)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import record_limits  # noqa: E402
+from ansible_collections.kvfleet.vllm.plugins.module_utils._group_order import (  # noqa: E402
+    restart_order, systemctl_steps)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (  # noqa: E402
     window as latency_window)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._nvml import (  # noqa: E402
@@ -1039,11 +1041,9 @@ def restart_one(cfg, inst):
             "--shutdown-timeout: they will be aborted" % (unit, busy, time.time() - t0))
     t1 = time.time()
     workers = inst.get("group_workers") or []
-    # a serving group restarts as one unit: the head stops first (its in-flight requests still
-    # need the workers' engines), then the workers restart and the head starts to take them in
-    steps = ([["systemctl", "stop", unit]] + [["systemctl", "restart", w] for w in workers]
-             + [["systemctl", "start", unit]]) if workers else [["systemctl", "restart", unit]]
-    for argv in steps:
+    # a serving group restarts as one unit, in the order _group_order.py gives every restart
+    order = restart_order([{"unit": unit, "group": True if workers else None}], [{"unit": w} for w in workers])
+    for argv in (["systemctl", verb, name] for verb, name in systemctl_steps(order)):
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode:
             log(ERR, "%s: systemctl %s %s failed: %s" % (unit, argv[1], argv[2], proc.stderr.strip()))

@@ -244,8 +244,8 @@ def test_a_group_on_one_host_restarts_as_one_unit_head_stopped_first(tmp_path, h
     monkeypatch.setattr(prog.subprocess, "run", lambda argv, **_k: done.append(argv) or
                         prog.subprocess.CompletedProcess(argv, 0, "", ""))
     assert prog.restart_one({"mode": "always"}, head) == "restarted"
-    assert done == [["systemctl", "stop", "vllm-g0.service"], ["systemctl", "restart", "vllm-g1.service"],
-                    ["systemctl", "start", "vllm-g0.service"]]
+    assert done == [["systemctl", "stop", "vllm-g0.service"], ["systemctl", "stop", "vllm-g1.service"],
+                    ["systemctl", "start", "vllm-g1.service"], ["systemctl", "start", "vllm-g0.service"]]
     assert "restarted with its serving group's workers vllm-g1.service" in capsys.readouterr().out
 
 
