@@ -127,41 +127,37 @@ STAGES="setup $STAGES"
 stage setup stage_setup
 
 fleet_log=$(mktemp); times_fleet=$(mktemp); fleet_pid=
-declare -A lane_log=() lane_times=() lane_end=() lane_pid=() lane_rc=()
-for l in other; do lane_log[$l]=$(mktemp); lane_times[$l]=$(mktemp); lane_end[$l]=$(mktemp); lane_pid[$l]=; lane_rc[$l]=0; done
+other_log=$(mktemp); times_other=$(mktemp); other_end=$(mktemp); other_pid=; other_rc=0
 # on any exit: end a lane still running (an interrupted or failed run). A lane that already
 # ended has no process left to signal, which is not an error: the lanes' own exit codes are
 # what decides the run (checked below), not this cleanup.
 finish() {
-  local l
-  for l in other; do
-    if [ -n "${lane_pid[$l]}" ] && kill -0 -- "-${lane_pid[$l]}" 2>/dev/null; then kill -- "-${lane_pid[$l]}"; fi
-  done
+  if [ -n "$other_pid" ] && kill -0 -- "-$other_pid" 2>/dev/null; then kill -- "-$other_pid"; fi
   if [ -n "$fleet_pid" ] && kill -0 "$fleet_pid" 2>/dev/null; then kill "$fleet_pid"; fi
-  rm -f "$fleet_log" "$times_fleet" "${lane_log[@]}" "${lane_times[@]}" "${lane_end[@]}"
+  rm -f "$fleet_log" "$times_fleet" "$other_log" "$times_other" "$other_end"
 }
 trap finish EXIT
 t_lanes=$(date +%s)
-# lane NAME NICE: runs the lane's stages (lane_NAME) in the background, in a collection copy of
-# its own (sanity must read a tree that nothing else writes into; the fleet lane's Molecule reads
-# the default one), at NICE or lower, in a process group of its own (`kill -- -PID` ends all of it)
-lane() {
-  local l=$1 n=$2
+# start_other_lane: the other lane's stages (lane_other) in the background, in a collection copy
+# of its own (sanity must read a tree that nothing else writes into; the fleet lane's Molecule
+# reads the default one), at nice 10 or lower, in a process group of its own (`kill -- -PID`
+# ends all of it)
+start_other_lane() {
   set -m
   (
-    export KVFLEET_COLLECTIONS="$KVFLEET_CACHE/collections-$l"
+    export KVFLEET_COLLECTIONS="$KVFLEET_CACHE/collections-other"
     export KVFLEET_COLLECTION_COPY="$KVFLEET_COLLECTIONS/ansible_collections/kvfleet/vllm"
     export ANSIBLE_COLLECTIONS_PATH="$KVFLEET_COLLECTIONS"
     TIMES=()
     # only ever raised: lowering needs privileges that fresh's container (which runs this script
-    # with units and build, started from the other lane at nice 19) does not have
-    [ "$(nice)" -ge "$n" ] || renice -n "$n" -p "$BASHPID" >/dev/null
+    # with units and build, started from this lane at nice 19) does not have
+    [ "$(nice)" -ge 10 ] || renice -n 10 -p "$BASHPID" >/dev/null
     bash "$HERE/setup.sh" copy
-    "lane_$l"
-    [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "${lane_times[$l]}"
-    date +%s > "${lane_end[$l]}"
-  ) > "${lane_log[$l]}" 2>&1 < /dev/null &
-  lane_pid[$l]=$!
+    lane_other
+    [ ${#TIMES[@]} -eq 0 ] || printf '%s\n' "${TIMES[@]}" > "$times_other"
+    date +%s > "$other_end"
+  ) > "$other_log" 2>&1 < /dev/null &
+  other_pid=$!
   set +m
 }
 # The fleet lane is the longer one: the other lane yields. vLLM's stages first, at nice 10, their
@@ -188,7 +184,7 @@ lane_other() {
   stage build stage_build
   stage fresh stage_fresh
 }
-! any_of bench live molecule lint sanity units latest build fresh || lane other 10
+! any_of bench live molecule lint sanity units latest build fresh || start_other_lane
 # a background job, not `( ... ) || rc=$?`: errexit is off inside a subshell that `||` tests
 (
   TIMES=()
@@ -198,20 +194,18 @@ lane_other() {
 fleet_pid=$!
 fleet_rc=0; wait "$fleet_pid" || fleet_rc=$?
 fleet_pid=; t_fleet=$(( $(date +%s) - t_lanes ))
-declare -A t_lane=()
-for l in other; do
-  if [ -n "${lane_pid[$l]}" ]; then
-    wait "${lane_pid[$l]}" || lane_rc[$l]=$?
-    lane_pid[$l]=
-    printf '\n===== the other lane (bench live, molecule server, then lint sanity latest build fresh; ran beside the fleet lane) =====\n'
-    cat "${lane_log[$l]}"
-  fi
-  e=$(cat "${lane_end[$l]}"); t_lane[$l]=$(( ${e:-$(date +%s)} - t_lanes ))
-done
+t_other=0
+if [ -n "$other_pid" ]; then
+  wait "$other_pid" || other_rc=$?
+  other_pid=
+  printf '\n===== the other lane (bench live, molecule server, then lint sanity latest build fresh; ran beside the fleet lane) =====\n'
+  cat "$other_log"
+  e=$(cat "$other_end"); t_other=$(( ${e:-$(date +%s)} - t_lanes ))
+fi
 mapfile -t -O "${#TIMES[@]}" TIMES < "$times_fleet"
-mapfile -t -O "${#TIMES[@]}" TIMES < "${lane_times[other]}"
+mapfile -t -O "${#TIMES[@]}" TIMES < "$times_other"
 echo
-echo "TIMING ${TIMES[*]} fleet_lane=${t_fleet}s other_lane=${t_lane[other]}s total=$(( $(date +%s) - t_all ))s"
+echo "TIMING ${TIMES[*]} fleet_lane=${t_fleet}s other_lane=${t_other}s total=$(( $(date +%s) - t_all ))s"
 # every stage against its budget, in one table (the loud warnings above are in each lane's log)
 for t in "${TIMES[@]}"; do
   k=${t%%=*}; v=${t#*=}; v=${v%s}; b=$(budget "$k")
@@ -224,14 +218,14 @@ why_failed() {
   grep -a -E -A 6 '^(fatal|failed): |^ERROR! |^CRITICAL |^FAILED |^E {3}|^ERROR: |Error: ' "$1" |
     grep -a -v -E '^(FAILED - RETRYING|\.\.\.ignoring)' | cut -c1-1500 | tail -n 80 | tail -c 9000
 }
-if [ "$fleet_rc" -ne 0 ] || [ "${lane_rc[other]}" -ne 0 ]; then
+if [ "$fleet_rc" -ne 0 ] || [ "$other_rc" -ne 0 ]; then
   for l in fleet other; do
-    if [ $l = fleet ]; then rc=$fleet_rc f=$fleet_log; else rc=${lane_rc[$l]} f=${lane_log[$l]}; fi
+    if [ $l = fleet ]; then rc=$fleet_rc f=$fleet_log; else rc=$other_rc f=$other_log; fi
     [ "$rc" -ne 0 ] || continue
     printf '\n===== why the %s lane failed (its errors, the last last; the whole log is above) =====\n' "$l"
     why_failed "$f" || echo "(no error line found: see the lane's log above)"
   done
-  echo "FAILED: the fleet lane (molecule fleet) rc=$fleet_rc, the other lane rc=${lane_rc[other]};" \
+  echo "FAILED: the fleet lane (molecule fleet) rc=$fleet_rc, the other lane rc=$other_rc;" \
        "each lane stops at its first failing stage" >&2
   exit 1
 fi

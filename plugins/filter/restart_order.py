@@ -10,7 +10,7 @@ name: restart_order
 short_description: The order in which vLLM units restart, a serving group's included
 version_added: 0.4.0
 description:
-  - A serving group restarts as one unit (docs/serving-groups.md): its heads stop first, then its
+  - A serving group restarts as one unit (docs/serving-groups.md). Its heads stop first, then its
     workers; the workers start before the heads. An instance outside any group restarts on its own.
   - Each step is a task of its own where a play runs it, so that it is done on every host of the
     batch before the next starts.
