@@ -36,7 +36,9 @@ EXAMPLES = r"""
   ansible.builtin.systemd_service:
     name: "{{ item }}"
     state: stopped
-  loop: "{{ (ansible_local.kvfleet_vllm_server.current.instances | kvfleet.vllm.restart_order(workers=ansible_local.kvfleet_vllm_server.current.workers)).stop_heads }}"
+  loop: "{{ (_record.instances | kvfleet.vllm.restart_order(workers=_record.workers)).stop_heads }}"
+  vars:
+    _record: "{{ ansible_local.kvfleet_vllm_server.current }}"
 """
 
 RETURN = r"""
