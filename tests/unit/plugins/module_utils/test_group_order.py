@@ -76,7 +76,7 @@ def test_the_handlers_and_rolling_restart_run_each_group_step_once_in_the_one_or
 def test_the_rollback_runs_the_group_steps_in_the_one_order():
     # the rollback also starts restored units before it starts the groups (one loop names three
     # steps): the group steps it loops over on their own come in the one order
-    steps = [s for s in _loops("roles/server/tasks/rollback.yml")]
+    steps = _loops("roles/server/tasks/rollback.yml")
     assert [k for k in dict.fromkeys(steps) if k in KEYS] == KEYS
 
 
