@@ -329,7 +329,11 @@ def _min_free_tokens(views):
 
 def _mean_prompt(first, last):
     """Mean prompt tokens of the requests that finished prefill: in the window when any did,
-    else over the server's life (vllm:request_prompt_tokens; the counters as a fallback)."""
+    else over the server's life (vllm:request_prompt_tokens; the counters as a fallback).
+    Before any request finished (a fresh server under a first load of long generations), the
+    prompt tokens counted so far over the requests admitted: vLLM counts a prompt at its first
+    token (vllm/v1/metrics/stats.py, IterationStats.update_from_output, 0.32.0), so these are
+    the running requests, less any still in their first prefill."""
     d_sum = _delta(first, last, "request_prompt_tokens_sum")
     d_cnt = _delta(first, last, "request_prompt_tokens_count")
     if d_cnt:
@@ -340,6 +344,9 @@ def _mean_prompt(first, last):
     prompt = _delta(first, last, "prompt_tokens_total")
     if fin and prompt is not None:
         return prompt / float(fin)
+    admitted = _n(last.get("requests_finished_total")) + _n(last.get("requests_running"))
+    if last.get("prompt_tokens_total") and admitted:
+        return last["prompt_tokens_total"] / float(admitted)
     return None
 
 

