@@ -149,8 +149,7 @@ start_other_lane() {
     export KVFLEET_COLLECTION_COPY="$KVFLEET_COLLECTIONS/ansible_collections/kvfleet/vllm"
     export ANSIBLE_COLLECTIONS_PATH="$KVFLEET_COLLECTIONS"
     TIMES=()
-    # only ever raised: lowering needs privileges that fresh's container (which runs this script
-    # with units and build, started from this lane at nice 19) does not have
+    # only ever raised (as in lane_other)
     [ "$(nice)" -ge 10 ] || renice -n 10 -p "$BASHPID" >/dev/null
     bash "$HERE/setup.sh" copy
     lane_other

@@ -11,7 +11,6 @@ followed, one deadline covers the whole request, the body is capped at max_body_
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 
@@ -138,7 +137,7 @@ def _answer(work, timeout, error_body=None):
         return Response(exc.code, body, scrub(to_native(exc.reason)))
     except URLError as exc:
         return Response(None, b"", scrub(to_native(exc.reason)))
-    except (socket.timeout, TimeoutError, DeadlineExceeded):
+    except DeadlineExceeded:   # with_deadline's, the socket's own timeout included
         return Response(None, b"", "timed out after %ss (one deadline for the whole request)"
                         % timeout)
     except FetchError as exc:
