@@ -49,11 +49,9 @@ _value:
   elements: str
 """
 
-import re
-
 from ansible.errors import AnsibleFilterError
 
-_OURS = re.compile(r"^vllm-.+\.service$")
+from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import unit_instance
 
 
 def _holder(h):
@@ -65,7 +63,7 @@ def _foreign(entry, service_user):
     is theirs; where no holder could be read, the sockets' owners decide."""
     holders = entry.get("holders") or []
     if holders:
-        return [h for h in holders if not _OURS.match(h.get("unit") or "")] or None
+        return [h for h in holders if unit_instance(h.get("unit")) is None] or None
     owners = entry.get("owners") or []
     return None if owners and all(o == service_user for o in owners) else []
 

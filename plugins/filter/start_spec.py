@@ -46,8 +46,10 @@ import posixpath
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import LAYOUT
 
-def start_spec(instances, tls_dir, unit_dir="/etc/systemd/system"):
+
+def start_spec(instances, tls_dir, unit_dir=LAYOUT["unit_dir"]):
     if not tls_dir:
         raise AnsibleFilterError("start_spec needs tls_dir, the server role's TLS folder")
     spec = []

@@ -17,14 +17,17 @@ guard (roles/hosttools/files/kvfleet_vllm.py, which runs on the hosts: standard 
 
 from __future__ import annotations
 
-__all__ = ["GROUP_STEPS", "restart_order", "systemctl_steps"]
+from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import unit_name
+
+__all__ = ["GROUP_STEPS", "restart_order", "systemctl_steps", "unique"]
 
 # the serving group's steps in the order they run, each with the systemctl verb it uses
 GROUP_STEPS = (("stop_heads", "stop"), ("stop_workers", "stop"),
                ("start_workers", "start"), ("start_heads", "start"))
 
 
-def _unique(units):
+def unique(units):
+    """Unit names once each, in their first order."""
     return list(dict.fromkeys(units))
 
 
@@ -43,7 +46,7 @@ def restart_order(units, workers=()):
         if not isinstance(item, dict) or not (item.get("unit") or item.get("name")):
             raise ValueError("each unit must be a dict with its 'unit' (or instance 'name'), got %r" % (item,))
         # a deployment record written before 0.3.0 names the instance only
-        item = dict(item, unit=item.get("unit") or "vllm-%s.service" % item["name"])
+        item = dict(item, unit=item.get("unit") or unit_name(item["name"]))
         grouped = item.get("group") is not None or (item.get("record") or {}).get("group") is not None
         if item.get("headless"):
             members.append(item["unit"])
@@ -51,8 +54,8 @@ def restart_order(units, workers=()):
             heads.append(item["unit"])
         else:
             plain.append(item["unit"])
-    heads, members = _unique(heads), _unique(members)
-    return {"restart": _unique(plain), "stop_heads": heads, "stop_workers": members,
+    heads, members = unique(heads), unique(members)
+    return {"restart": unique(plain), "stop_heads": heads, "stop_workers": members,
             "start_workers": members, "start_heads": heads}
 
 

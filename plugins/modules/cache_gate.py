@@ -431,6 +431,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (
     LIMIT_NAMES, VERDICTS, add_rates, diagnose)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import head_links, local_engines
+from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import LAYOUT
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher, shown_url)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import (
@@ -608,7 +609,7 @@ def main():
                 unit=dict(type="str", required=True),
                 port=dict(type="int", required=True),
                 group=dict(type="dict"),
-                record=dict(type="path", default="/etc/ansible/facts.d/kvfleet_vllm_server.fact"),
+                record=dict(type="path", default=LAYOUT["record"]),
             )),
             concurrency=dict(type="int", default=32),
             samples=dict(type="int", default=3),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import unit_name
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import (
     SINCE as _GROUP_FLAGS, GroupError, dp_argv, dp_options, group_record, missing_flags, ray_node)
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._vllm_flags import (
@@ -224,7 +225,7 @@ def _ray_node_instance(inst, name, where, settings):
         _no_newline("%s (ray start arguments)" % where, arg)
     ray = inst["ray_node"]
     environment = _environment(settings, inst, where)
-    unit = "vllm-%s.service" % name
+    unit = unit_name(name)
     env_file = "%s/%s.env" % (settings.get("config_dir", "/etc/vllm"), name)
     record = {"name": name, "unit": unit, "url": None, "port": ray["port"], "bind": ray["node_address"],
               "max_num_seqs": None, "limits": {}, "drain_seconds": 0, "env_file": env_file, "tls": None,
@@ -428,7 +429,7 @@ def _build(instances, settings):
         # what every probe on the host needs to check the server's certificate (and present
         # its own, when the server requires one); None: plain HTTP
         probe_tls = tls["probe"] if https else None
-        unit = "vllm-%s.service" % name
+        unit = unit_name(name)
         env_file = "%s/%s.env" % (settings.get("config_dir", "/etc/vllm"), name)
         # what the host program, the monitor, the restart guard and the playbooks read back
         record = {"name": name, "unit": unit, "url": url, "port": port, "bind": bind,

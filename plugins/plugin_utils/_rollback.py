@@ -18,19 +18,21 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._group_order import GROUP_STEPS, restart_order
+from ansible_collections.kvfleet.vllm.plugins.module_utils._group_order import GROUP_STEPS, restart_order, unique
+from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import unit_name
 
 # an instance's environment (or key) file, named after the instance: its unit restarts with it
 _INSTANCE_FILE = re.compile(r"^(.*)\.(env|keys\.yaml)$")
 
 
+def _as_unit(name):
+    """The unit of an instance's environment or key file; a unit name as it is."""
+    match = _INSTANCE_FILE.match(name)
+    return unit_name(match.group(1)) if match else name
+
+
 class RollbackError(ValueError):
     """Input the plan cannot be made from; the message names it."""
-
-
-def _unique(items):
-    """Unit names once each, in their first order."""
-    return list(dict.fromkeys(items))
 
 
 def _names(value, what):
@@ -54,9 +56,9 @@ def plan(backup_units, now_units=(), changed=(), running=(), current=None, insta
     changed = _names(changed, "changed")
     running = set(_names(running, "running"))
     current = current if isinstance(current, dict) else {}
-    changed_back = [_INSTANCE_FILE.sub(r"vllm-\1.service", name) for name in changed]
+    changed_back = [_as_unit(name) for name in changed]
     not_running = [u for u in backup_units if u not in running]
-    added = [u for u in _unique(now_units) if u not in backup_units]
+    added = [u for u in unique(now_units) if u not in backup_units]
     touched = changed_back + not_running + added
     # the restored groups' members, and the failed deployment's group units, each in the order
     # every restart uses (module_utils/_group_order.py)
@@ -70,7 +72,7 @@ def plan(backup_units, now_units=(), changed=(), running=(), current=None, insta
     if not restart_groups:
         steps = dict((key, []) for key, _verb in GROUP_STEPS)
     else:
-        steps = dict((key, _unique(restored[key] + (failed[key] if key.startswith("stop") else [])))
+        steps = dict((key, unique(restored[key] + (failed[key] if key.startswith("stop") else [])))
                      for key, _verb in GROUP_STEPS)
     stop = steps["stop_heads"] + steps["stop_workers"]
     return dict(steps, added=added,

@@ -60,6 +60,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._group_order import (
     restart_order, systemctl_steps)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (  # noqa: E402
     window as latency_window)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import LAYOUT, unit_instance, unit_name  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._nvml import (  # noqa: E402
     HEALTH_VERDICTS, NvmlUnavailable, collect as nvml_collect, gpus_visible, health_findings, judge as gpu_judge,
     process_memory)
@@ -547,7 +548,7 @@ def _show(unit, props="ActiveState,Result,UnitFileState,LoadState"):
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
-UNIT_DIR = "/etc/systemd/system"
+UNIT_DIR = LAYOUT["unit_dir"]
 
 
 def remove_other_units(keep, config_dir, check=False, unit_dir=UNIT_DIR):
@@ -561,13 +562,13 @@ def remove_other_units(keep, config_dir, check=False, unit_dir=UNIT_DIR):
     except OSError:
         return removed
     for name in names:
-        if not re.match(r"^vllm-[a-z0-9][a-z0-9_-]*\.service$", name) or name in keep:
+        instance = unit_instance(name)
+        if instance is None or name in keep:
             continue
         removed.append(name)
         if check:
             continue
         subprocess.run(["systemctl", "disable", "--now", name], capture_output=True, text=True, check=False)
-        instance = name[len("vllm-"):-len(".service")]
         for path in (os.path.join(unit_dir, name), os.path.join(config_dir, instance + ".env"),
                      os.path.join(config_dir, instance + ".keys.yaml")):
             if os.path.lexists(path):
@@ -901,7 +902,7 @@ def load_instances(cfg):
         # instance's failure, and the others still run
         if isinstance(inst, dict) and isinstance(inst.get("name"), str):
             drain = inst.get("drain_seconds")
-            inst = dict(inst, unit=inst.get("unit") or "vllm-%s.service" % inst["name"],  # records before 0.3.0
+            inst = dict(inst, unit=inst.get("unit") or unit_name(inst["name"]),  # records before 0.3.0
                         graceful=isinstance(drain, (int, float)) and drain > 0,
                         venv=current.get("venv"))   # where the GPU memory reading finds pynvml
             group = inst.get("group")
@@ -1509,7 +1510,7 @@ def main(argv=None):
     p.add_argument("--reload", action="store_true", help="systemctl daemon-reload first")
     p.add_argument("--check", action="store_true", help="say what would be done; change nothing")
     p.add_argument("--remove-others", metavar="CONFIG_DIR",
-                   help="first stop and delete the vllm-*.service units not in --spec (their files in CONFIG_DIR too)")
+                   help="first stop and delete the %s units not in --spec (their files in CONFIG_DIR too)" % LAYOUT["unit_glob"])
     p.set_defaults(func=start_command)
     p = sub.add_parser("applied", help="stamp files the running process already serves (a runtime change)")
     p.add_argument("--unit", required=True)

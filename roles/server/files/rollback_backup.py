@@ -4,11 +4,11 @@
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Keep what runs now for a rollback, in one call (tasks/backup.yml; tasks/rollback.yml reads it).
 
-    python3 rollback_backup.py ROLLBACK_DIR CONFIG_DIR RECORD [UNIT_DIR]
+    python3 rollback_backup.py ROLLBACK_DIR CONFIG_DIR RECORD UNIT_DIR UNIT_GLOB
         [--mark-drained MARKER BY | --clear-drained MARKER]
 
 ROLLBACK_DIR gets:
-  units/   every UNIT_DIR/vllm-*.service (default /etc/systemd/system)
+  units/   every UNIT_DIR/UNIT_GLOB (the collection's vLLM units: plugins/module_utils/_layout.py)
   env/     every CONFIG_DIR/*.env and *.keys.yaml (they hold the API key: the folders are 0700)
   record.json  the deployment record RECORD (0600), or nothing when there is none
 Files are copied only when their bytes or mode differ, kept files of instances that no longer
@@ -37,8 +37,6 @@ import sys
 import tempfile
 import time
 
-UNIT_DIR = "/etc/systemd/system"
-UNIT_PATTERNS = ("vllm-*.service",)
 ENV_PATTERNS = ("*.env", "*.keys.yaml")
 
 
@@ -103,14 +101,14 @@ def _write_atomic(dest, data, mode):
         raise
 
 
-def backup(rollback_dir, config_dir, record, unit_dir=UNIT_DIR):
+def backup(rollback_dir, config_dir, record, unit_dir, unit_glob):
     """Make rollback_dir hold what runs now; returns {changed, kept, removed}."""
     changed = False
     # the parent stays readable: the unprivileged monitor keeps its own folder beside the backup
     changed |= _ensure_dir(os.path.dirname(rollback_dir.rstrip("/")), 0o755)
     for sub in ("", "units", "env"):
         changed |= _ensure_dir(os.path.join(rollback_dir, sub), 0o700)
-    now = {"units": _regular_files(unit_dir, UNIT_PATTERNS), "env": _regular_files(config_dir, ENV_PATTERNS)}
+    now = {"units": _regular_files(unit_dir, (unit_glob,)), "env": _regular_files(config_dir, ENV_PATTERNS)}
     kept, removed = [], []
     for kind, files in now.items():
         folder = os.path.join(rollback_dir, kind)
@@ -166,7 +164,7 @@ def main(argv):
             return 2
         else:
             positional.append(arg)
-    if len(positional) not in (3, 4):
+    if len(positional) != 5:
         sys.stderr.write(__doc__)
         return 2
     if "mark" in marker:

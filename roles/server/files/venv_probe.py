@@ -11,8 +11,14 @@ under way is there), and under `disk` one entry per PATH
 ({path, at, dev, free}): `at` is PATH or, when PATH does not exist yet (a fresh host), its
 nearest existing parent, whose filesystem PATH will be created on; `free` is the bytes an
 unprivileged writer may use there (df's "Available"); and `units`, the collection's vLLM units
-on the host (vllm-*.service in /etc/systemd/system), which the plan (tasks/plan.yml) compares with
+on the host (UNIT_GLOB in UNIT_DIR), which the plan (tasks/plan.yml) compares with
 the instances the host should have. Changes nothing; standard library only.
+
+    python3 venv_probe.py VENV PACKAGE VERSION UNIT_DIR UNIT_GLOB [PATH ...]
+
+UNIT_DIR and UNIT_GLOB: systemd's folder and the pattern of the collection's vLLM units
+(plugins/module_utils/_layout.py); a unit counts when the part the pattern's * stands for is an
+instance name.
 
 A venv is complete when its stamp (STAMP, written by the role after pip, the removal of the
 packages that break it and the version check all succeeded) names VERSION. A venv without the
@@ -34,14 +40,16 @@ STAMP = ".kvfleet-complete"
 # what an interrupted or failed install left, whatever its package version says.
 INSTALLING = ".installing"
 _READ_VERSION = "from importlib.metadata import version; import sys; print(version(sys.argv[1]))"
-UNIT_DIR = "/etc/systemd/system"
-_UNIT = re.compile(r"^vllm-[a-z0-9][a-z0-9_-]*[.]service$")
+# an instance name, as the server role accepts it (plugin_utils/_instances.py)
+_INSTANCE = "[a-z0-9][a-z0-9_-]*"
 
 
-def units(unit_dir=UNIT_DIR):
+def units(unit_dir, unit_glob):
     """The collection's vLLM unit files (the instances' and serving groups' nodes)."""
+    prefix, _star, suffix = unit_glob.partition("*")
+    pattern = re.compile("^" + re.escape(prefix) + _INSTANCE + re.escape(suffix) + "$")
     try:
-        return sorted(n for n in os.listdir(unit_dir) if _UNIT.match(n))
+        return sorted(n for n in os.listdir(unit_dir) if pattern.match(n))
     except OSError:
         return []
 
@@ -98,7 +106,7 @@ def disk(path):
     return {"path": path, "at": at, "dev": os.stat(at).st_dev, "free": st.f_bavail * st.f_frsize}
 
 
-def probe(venv, package, pinned, paths):
+def probe(venv, package, pinned, paths, unit_dir, unit_glob):
     exists = os.path.isdir(venv)
     stamp = _read_stamp(venv) if exists else None
     installing = os.path.exists(venv + INSTALLING)
@@ -106,14 +114,14 @@ def probe(venv, package, pinned, paths):
     version = _read_version(venv, package) if exists and stamp is None and not installing else None
     state, why = venv_state(exists, stamp, installing, version, pinned)
     return {"state": state, "why": why, "venv": venv, "installing": installing,
-            "disk": [disk(p) for p in paths], "units": units()}
+            "disk": [disk(p) for p in paths], "units": units(unit_dir, unit_glob)}
 
 
 def main(argv):
-    if len(argv) < 3:
-        sys.stderr.write("usage: venv_probe.py VENV PACKAGE VERSION [PATH ...]\n")
+    if len(argv) < 5 or "*" not in argv[4]:
+        sys.stderr.write("usage: venv_probe.py VENV PACKAGE VERSION UNIT_DIR UNIT_GLOB [PATH ...]\n")
         return 2
-    print(json.dumps(probe(argv[0], argv[1], argv[2], argv[3:]), sort_keys=True))
+    print(json.dumps(probe(argv[0], argv[1], argv[2], argv[5:], argv[3], argv[4]), sort_keys=True))
     return 0
 
 

@@ -14,6 +14,8 @@ import stat
 import subprocess
 import sys
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import LAYOUT
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
 SCRIPT = os.path.join(ROOT, "roles", "server", "files", "rollback_backup.py")
 
@@ -22,6 +24,7 @@ rb = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rb)
 
 SECRET = "sk-canary-4d1f"
+UNIT_GLOB = LAYOUT["unit_glob"]
 
 
 def _write(path, text, mode):
@@ -54,7 +57,7 @@ def _mode(path):
 def test_it_keeps_every_vllm_file_and_the_record_root_only(tmp_path):
     units, conf, record = _host(tmp_path)
     dest = str(tmp_path / "state" / "rollback")
-    out = rb.backup(dest, conf, record, units)
+    out = rb.backup(dest, conf, record, units, UNIT_GLOB)
     assert out["changed"] is True
     assert sorted(out["kept"]) == ["env/a.env", "env/a.keys.yaml", "env/b.env", "record.json",
                                    "units/vllm-a.service", "units/vllm-b.service"]
@@ -74,9 +77,9 @@ def test_it_keeps_every_vllm_file_and_the_record_root_only(tmp_path):
 def test_a_second_backup_of_the_same_host_changes_nothing(tmp_path):
     units, conf, record = _host(tmp_path)
     dest = str(tmp_path / "state" / "rollback")
-    rb.backup(dest, conf, record, units)
+    rb.backup(dest, conf, record, units, UNIT_GLOB)
     before = {n: os.stat(os.path.join(dest, "units", n)).st_mtime_ns for n in os.listdir(os.path.join(dest, "units"))}
-    out = rb.backup(dest, conf, record, units)
+    out = rb.backup(dest, conf, record, units, UNIT_GLOB)
     assert out["changed"] is False and out["removed"] == []
     assert before == {n: os.stat(os.path.join(dest, "units", n)).st_mtime_ns for n in before}
 
@@ -84,24 +87,24 @@ def test_a_second_backup_of_the_same_host_changes_nothing(tmp_path):
 def test_a_changed_file_or_mode_is_copied_again(tmp_path):
     units, conf, record = _host(tmp_path)
     dest = str(tmp_path / "state" / "rollback")
-    rb.backup(dest, conf, record, units)
+    rb.backup(dest, conf, record, units, UNIT_GLOB)
     _write(os.path.join(units, "vllm-a.service"), "[Service]\nExecStart=/bin/true a --max-num-seqs 8\n", 0o644)
-    assert rb.backup(dest, conf, record, units)["changed"] is True
+    assert rb.backup(dest, conf, record, units, UNIT_GLOB)["changed"] is True
     with open(os.path.join(dest, "units", "vllm-a.service"), encoding="utf-8") as f:
         assert "--max-num-seqs 8" in f.read()
     os.chmod(os.path.join(dest, "env", "b.env"), 0o644)   # someone widened the kept copy
-    assert rb.backup(dest, conf, record, units)["changed"] is True
+    assert rb.backup(dest, conf, record, units, UNIT_GLOB)["changed"] is True
     assert _mode(os.path.join(dest, "env", "b.env")) == 0o600
 
 
 def test_files_of_a_removed_instance_leave_the_backup(tmp_path):
     units, conf, record = _host(tmp_path)
     dest = str(tmp_path / "state" / "rollback")
-    rb.backup(dest, conf, record, units)
+    rb.backup(dest, conf, record, units, UNIT_GLOB)
     os.unlink(os.path.join(units, "vllm-b.service"))
     os.unlink(os.path.join(conf, "b.env"))
     os.unlink(os.path.join(conf, "a.keys.yaml"))   # a finished key rotation
-    out = rb.backup(dest, conf, record, units)
+    out = rb.backup(dest, conf, record, units, UNIT_GLOB)
     assert out["changed"] is True
     assert sorted(out["removed"]) == ["env/a.keys.yaml", "env/b.env", "units/vllm-b.service"]
     assert os.listdir(os.path.join(dest, "units")) == ["vllm-a.service"]
@@ -113,17 +116,17 @@ def test_no_record_now_removes_the_kept_one(tmp_path):
     not put back a stale one."""
     units, conf, record = _host(tmp_path)
     dest = str(tmp_path / "state" / "rollback")
-    rb.backup(dest, conf, record, units)
+    rb.backup(dest, conf, record, units, UNIT_GLOB)
     os.unlink(record)
-    out = rb.backup(dest, conf, record, units)
+    out = rb.backup(dest, conf, record, units, UNIT_GLOB)
     assert "record.json" in out["removed"] and out["changed"] is True
     assert not os.path.exists(os.path.join(dest, "record.json"))
-    assert rb.backup(dest, conf, record, units)["changed"] is False
+    assert rb.backup(dest, conf, record, units, UNIT_GLOB)["changed"] is False
 
 
 def test_a_fresh_host_backs_up_nothing_and_does_not_fail(tmp_path):
     dest = str(tmp_path / "state" / "rollback")
-    out = rb.backup(dest, str(tmp_path / "no-conf"), str(tmp_path / "no-record"), str(tmp_path / "no-units"))
+    out = rb.backup(dest, str(tmp_path / "no-conf"), str(tmp_path / "no-record"), str(tmp_path / "no-units"), UNIT_GLOB)
     assert out["kept"] == [] and out["removed"] == []
     assert sorted(os.listdir(dest)) == ["env", "units"]
 
@@ -131,13 +134,14 @@ def test_a_fresh_host_backs_up_nothing_and_does_not_fail(tmp_path):
 def test_the_command_prints_names_never_contents(tmp_path):
     units, conf, record = _host(tmp_path)
     dest = str(tmp_path / "state" / "rollback")
-    proc = subprocess.run([sys.executable, SCRIPT, dest, conf, record, units], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, SCRIPT, dest, conf, record, units, UNIT_GLOB], capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, proc.stderr
     assert SECRET not in proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["changed"] is True
-    bad = subprocess.run([sys.executable, SCRIPT, dest], capture_output=True, text=True, check=False)
-    assert bad.returncode == 2 and "ROLLBACK_DIR" in bad.stderr
+    for short in ([dest], [dest, conf, record, units]):
+        bad = subprocess.run([sys.executable, SCRIPT] + short, capture_output=True, text=True, check=False)
+        assert bad.returncode == 2 and "ROLLBACK_DIR" in bad.stderr
 
 
 def _run_stdin(args):
@@ -151,7 +155,7 @@ def test_the_drain_marker_rides_along_before_the_drain_and_after_the_undrain(tmp
     units, conf, record = _host(tmp_path)
     dest = str(tmp_path / "state" / "rollback")
     marker = str(tmp_path / "facts.d" / "kvfleet_vllm_drained.fact")
-    proc = _run_stdin([dest, conf, record, units, "--mark-drained", marker, "kvfleet.vllm.deploy"])
+    proc = _run_stdin([dest, conf, record, units, UNIT_GLOB, "--mark-drained", marker, "kvfleet.vllm.deploy"])
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     # what tasks/deploy_record.yml would read back as local facts, and the backup done
@@ -162,14 +166,14 @@ def test_the_drain_marker_rides_along_before_the_drain_and_after_the_undrain(tmp
     assert out["drained"] == written and out["current"] == {"version": "0.32.0"}
     assert "record.json" in out["kept"]
     # after the undrain: the marker goes, the record's current part comes back, nothing re-copied
-    proc = _run_stdin([dest, conf, record, units, "--clear-drained", marker])
+    proc = _run_stdin([dest, conf, record, units, UNIT_GLOB, "--clear-drained", marker])
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert not os.path.exists(marker)
     assert out["drained"] is None and out["current"] == {"version": "0.32.0"} and out["changed"] is False
     assert SECRET not in proc.stdout + proc.stderr
     # clearing an absent marker is not an error (a host whose marker a rescue already removed)
-    assert _run_stdin([dest, conf, record, units, "--clear-drained", marker]).returncode == 0
+    assert _run_stdin([dest, conf, record, units, UNIT_GLOB, "--clear-drained", marker]).returncode == 0
 
 
 def test_no_record_reads_as_an_empty_current_part(tmp_path):
@@ -182,7 +186,7 @@ def test_no_record_reads_as_an_empty_current_part(tmp_path):
                 os.unlink(record)
         else:
             _write(record, text, 0o644)
-        proc = _run_stdin([dest, conf, record, units])
+        proc = _run_stdin([dest, conf, record, units, UNIT_GLOB])
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["current"] == {}
 
@@ -190,8 +194,9 @@ def test_no_record_reads_as_an_empty_current_part(tmp_path):
 def test_bad_options_change_nothing(tmp_path):
     units, conf, record = _host(tmp_path)
     dest = str(tmp_path / "state" / "rollback")
-    for args in ([dest, conf, record, "--mark-drained", "only-one"], [dest, conf, record, "--nope"],
-                 [dest, conf, record, "--mark-drained", "m", "by", "--clear-drained", "m"]):
+    full = [dest, conf, record, units, UNIT_GLOB]
+    for args in (full + ["--mark-drained", "only-one"], full + ["--nope"],
+                 full + ["--mark-drained", "m", "by", "--clear-drained", "m"]):
         proc = _run_stdin(args)
         assert proc.returncode == 2 and "ROLLBACK_DIR" in proc.stderr, args
     assert not os.path.exists(dest)

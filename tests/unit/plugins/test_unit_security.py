@@ -15,6 +15,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import LAYOUT
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import build
 
 ROLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "roles")
@@ -44,12 +45,22 @@ def _trusted(value):
     return value
 
 
+# a role variable that is the layout lookup (plugins/module_utils/_layout.py) and nothing else: the
+# lookup's value, since a bare Templar finds no collection lookup plugin
+_LAYOUT_LOOKUP = re.compile(r"""^\{\{ lookup\('kvfleet\.vllm\.layout', '(\w+)'\) \}\}$""")
+
+
 def _role_vars(device):
     variables = {}
     for role in ("hosttools", "server", "monitor", "scheduled_restart", "router"):
         for part in ("defaults", "vars"):
             with open(os.path.join(ROLES, role, part, "main.yml"), encoding="utf-8") as f:
-                variables.update(_trusted(yaml.safe_load(f) or {}))
+                loaded = yaml.safe_load(f) or {}
+            for key, value in loaded.items():
+                match = _LAYOUT_LOOKUP.match(value) if isinstance(value, str) else None
+                if match:
+                    loaded[key] = LAYOUT[match.group(1)]
+            variables.update(_trusted(loaded))
     # what an inventory must set (the model) or sets for a CPU host (preflight requires both)
     variables.update(ansible_managed="Ansible managed", vllm_server_device=device,
                      vllm_server_model="/models/m",

@@ -13,12 +13,17 @@ import sys
 
 import pytest
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import LAYOUT
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
 SCRIPT = os.path.join(ROOT, "roles", "server", "files", "venv_probe.py")
 
 _spec = importlib.util.spec_from_file_location("venv_probe", SCRIPT)
 vp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(vp)
+
+UNIT_GLOB = LAYOUT["unit_glob"]
+NO_UNITS = "/nonexistent/systemd"
 
 
 @pytest.mark.parametrize("exists, stamp, installing, version, state", [
@@ -53,30 +58,30 @@ def _fake_venv(tmp_path, version=None, stamp=None, python=True):
 
 def test_probe_adopts_an_install_from_before_the_stamp(tmp_path):
     venv = _fake_venv(tmp_path, version="0.32.0")
-    assert vp.probe(venv, "vllm", "0.32.0", [])["state"] == "adopt"
+    assert vp.probe(venv, "vllm", "0.32.0", [], NO_UNITS, UNIT_GLOB)["state"] == "adopt"
 
 
 def test_probe_trusts_the_stamp_without_running_python(tmp_path):
     venv = _fake_venv(tmp_path, stamp="0.32.0", python=False)
-    got = vp.probe(venv, "vllm", "0.32.0", [])
+    got = vp.probe(venv, "vllm", "0.32.0", [], NO_UNITS, UNIT_GLOB)
     assert (got["state"], got["installing"]) == ("complete", False)
 
 
 def test_probe_never_adopts_what_an_unfinished_install_left(tmp_path):
     venv = _fake_venv(tmp_path, version="0.32.0")
     open(venv + vp.INSTALLING, "w").close()
-    got = vp.probe(venv, "vllm", "0.32.0", [])
+    got = vp.probe(venv, "vllm", "0.32.0", [], NO_UNITS, UNIT_GLOB)
     assert (got["state"], got["installing"]) == ("broken", True)
 
 
 @pytest.mark.parametrize("python", [True, False])
 def test_probe_a_venv_whose_version_cannot_be_read_is_broken(tmp_path, python):
     venv = _fake_venv(tmp_path, python=python)
-    assert vp.probe(venv, "vllm", "0.32.0", [])["state"] == "broken"
+    assert vp.probe(venv, "vllm", "0.32.0", [], NO_UNITS, UNIT_GLOB)["state"] == "broken"
 
 
 def test_probe_no_venv(tmp_path):
-    assert vp.probe(str(tmp_path / "nothing"), "vllm", "0.32.0", [])["state"] == "absent"
+    assert vp.probe(str(tmp_path / "nothing"), "vllm", "0.32.0", [], NO_UNITS, UNIT_GLOB)["state"] == "absent"
 
 
 def test_disk_of_a_folder_not_there_yet_is_its_nearest_parent(tmp_path):
@@ -95,15 +100,17 @@ def test_disk_under_a_file_is_measured_at_the_file(tmp_path):
 def test_the_script_prints_one_json_object_and_changes_nothing(tmp_path):
     venv = _fake_venv(tmp_path, stamp="0.32.0", python=False)
     before = sorted(os.listdir(os.path.dirname(venv)))
-    out = subprocess.run([sys.executable, SCRIPT, venv, "vllm", "0.32.0", str(tmp_path), str(tmp_path / "new")],
+    out = subprocess.run([sys.executable, SCRIPT, venv, "vllm", "0.32.0", str(tmp_path / "units"), UNIT_GLOB,
+                          str(tmp_path), str(tmp_path / "new")],
                          check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
     got = json.loads(out)
     assert got["state"] == "complete" and [d["path"] for d in got["disk"]] == [str(tmp_path), str(tmp_path / "new")]
     assert sorted(os.listdir(os.path.dirname(venv))) == before and not os.path.exists(str(tmp_path / "new"))
 
 
-def test_the_script_needs_its_arguments():
-    assert subprocess.run([sys.executable, SCRIPT, "/x"], stderr=subprocess.PIPE, check=False).returncode == 2
+@pytest.mark.parametrize("args", [["/x"], ["/x", "vllm", "0.32.0"], ["/x", "vllm", "0.32.0", "/units", "vllm.service"]])
+def test_the_script_needs_its_arguments(args):
+    assert subprocess.run([sys.executable, SCRIPT] + args, stderr=subprocess.PIPE, check=False).returncode == 2
 
 
 def test_the_collections_vllm_units_are_listed_for_the_plan(tmp_path):
@@ -114,5 +121,5 @@ def test_the_collections_vllm_units_are_listed_for_the_plan(tmp_path):
     for name in ("vllm-main.service", "vllm-ray.service", "sshd.service", "vllm-x.service.d", "vllm-.service",
                  "vllm-Main.service"):
         (units / name).mkdir() if name.endswith(".d") else (units / name).write_text("")
-    assert vp.units(str(units)) == ["vllm-main.service", "vllm-ray.service"]
-    assert vp.units(str(tmp_path / "none")) == []
+    assert vp.units(str(units), UNIT_GLOB) == ["vllm-main.service", "vllm-ray.service"]
+    assert vp.units(str(tmp_path / "none"), UNIT_GLOB) == []
