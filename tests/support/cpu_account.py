@@ -57,13 +57,13 @@ def table(path, top=25):
         row[0] += user
         row[1] += system
         row[2] += 1
-    cpu = sum(u + s for u, s, _ in total.values())
+    cpu = sum(row[0] + row[1] for row in total.values())
     lines = ["| program | uid | processes | user s | system s | share |", "|---|---|---|---|---|---|"]
     for (command, uid), (user, system, count) in sorted(total.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))[:top]:
-        lines.append("| %s | %d | %d | %.1f | %.1f | %.0f%% |" % (command, uid, count, user, system,
-                                                                 100.0 * (user + system) / cpu if cpu else 0))
+        share = 100.0 * (user + system) / cpu if cpu else 0
+        lines.append("| %s | %d | %d | %.1f | %.1f | %.0f%% |" % (command, uid, count, user, system, share))
     lines.append("")
-    lines.append("%d processes, %.0f s of CPU" % (sum(c for _, _, c in total.values()), cpu))
+    lines.append("%d processes, %.0f s of CPU" % (sum(row[2] for row in total.values()), cpu))
     return "\n".join(lines)
 
 
@@ -76,7 +76,7 @@ def accounting(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="what", required=True)
     run = sub.add_parser("run")
     run.add_argument("file")

@@ -37,4 +37,3 @@ def test_config_templates_render_to_json(role, template, keys):
         assert config["host"] == "gpu-01"
     if template == "watchdog.json.j2":
         assert config["monitor_config"] == "/etc/kvfleet/monitor.json" and config["for_seconds"] == 600
-
