@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import current_record, var
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import current_record, host_names, var
 
 LIMITS = ("max_num_batched_tokens", "max_num_active_seqs", "max_model_len")
 
@@ -81,10 +81,8 @@ def host_targets(name, hv):
 def _diagnose_targets(hosts, hostvars=None):
     if hostvars is None:
         raise AnsibleFilterError("diagnose_targets needs hostvars")
-    if isinstance(hosts, (str, bytes)) or not hasattr(hosts, "__iter__"):
-        raise AnsibleFilterError("diagnose_targets takes a list of host names, got %s" % type(hosts).__name__)
     out = []
-    for name in hosts:
+    for name in host_names("diagnose_targets", hosts):
         out.extend(host_targets(name, hostvars[name]))
     return out
 

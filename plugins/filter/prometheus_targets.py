@@ -54,7 +54,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import current_record, var
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import current_record, host_names, var
 
 
 def _served_model(hv, argv):
@@ -103,10 +103,8 @@ def host_targets(name, hv, node_exporter_port):
 def _prometheus_targets(hosts, hostvars=None, node_exporter_port=None):
     if hostvars is None or node_exporter_port is None:
         raise AnsibleFilterError("prometheus_targets needs hostvars and node_exporter_port")
-    if isinstance(hosts, (str, bytes)) or not hasattr(hosts, "__iter__"):
-        raise AnsibleFilterError("prometheus_targets takes a list of host names, got %s" % type(hosts).__name__)
     out = {"vllm": [], "node": [], "missing": []}
-    for name in hosts:
+    for name in host_names("prometheus_targets", hosts):
         vllm, node, known = host_targets(name, hostvars[name], node_exporter_port)
         out["vllm"].extend(vllm)
         out["node"].append(node)

@@ -7,6 +7,8 @@ filter that looks across hosts."""
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleFilterError
+
 
 def var(hv, key, default=None):
     """hv[key], or default where it is missing, null, or a template that cannot be rendered
@@ -22,3 +24,10 @@ def current_record(hv):
     """The host's deployment record as last read (ansible_local.kvfleet_vllm_server.current), {} if none."""
     facts = var(hv, "ansible_local", {})
     return ((facts.get("kvfleet_vllm_server") or {}).get("current") or {}) if hasattr(facts, "get") else {}
+
+
+def host_names(filter_name, hosts):
+    """The host names a filter across hosts takes, as a list; a clear error for anything else."""
+    if isinstance(hosts, (str, bytes)) or not hasattr(hosts, "__iter__"):
+        raise AnsibleFilterError("%s takes a list of host names, got %s" % (filter_name, type(hosts).__name__))
+    return list(hosts)
