@@ -12,10 +12,10 @@ description:
   - The paths and names written once in C(plugins/module_utils/_layout.py), for the roles and
     playbooks; the modules and the host program read the same file.
   - C(unit_dir) (systemd's folder for the units the roles write), C(unit_glob) (every vLLM unit of
-    the collection's), C(unit_prefix) and C(unit_suffix) (an instance's unit is
-    prefix + name + suffix), C(record) (the deployment record), C(drain_marker) (present while a
-    deploy has the host out of its load balancer), C(router_record) (the router role's record)
-    and C(command) (the kvfleet-vllm host program).
+    the collection's; the C(kvfleet.vllm.unit_name) filter names one instance's), C(record) (the
+    deployment record), C(drain_marker) (present while a deploy has the host out of its load
+    balancer), C(router_record) (the router role's record) and C(command) (the kvfleet-vllm host
+    program).
 options:
   _terms:
     description: The names to look up.

@@ -12,7 +12,7 @@ configuration folders) are the server role's settings, with their defaults in it
 defaults/main.yml.
 
 Read by the modules and filters (Python), by the roles and playbooks through the
-kvfleet.vllm.layout lookup (roles/hosttools/vars/main.yml names each for the others), and by the
+kvfleet.vllm.layout lookup (each role's vars/main.yml names what it uses), and by the
 host program, which has a copy of this file among its module_utils. The scripts the roles run
 with ansible.builtin.script get what they need as arguments. A unit test fails on a copy of any
 of these values elsewhere in plugins/, roles/ or playbooks/.
@@ -34,8 +34,6 @@ LAYOUT = {
     "unit_dir": UNIT_DIR,
     # every vLLM unit of the collection's, as a shell or find pattern
     "unit_glob": UNIT_PREFIX + "*" + UNIT_SUFFIX,
-    "unit_prefix": UNIT_PREFIX,
-    "unit_suffix": UNIT_SUFFIX,
     # what the host runs (tasks/record.yml of the server role writes it); world-readable
     "record": FACTS_DIR + "/kvfleet_vllm_server.fact",
     # present while a deploy has the host out of its load balancer: the next run finishes it

@@ -23,7 +23,7 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 HOME = os.path.join("plugins", "module_utils", "_layout.py")
 
 # the values themselves, and the ways a unit name was built by hand
-COPIES = [re.escape(v) for k, v in sorted(LAYOUT.items()) if k not in ("unit_prefix", "unit_suffix")] + [
+COPIES = [re.escape(v) for _k, v in sorted(LAYOUT.items())] + [
     re.escape("/etc/ansible/facts.d"),
     r"vllm-%s\.service",
     r"""['"]vllm-['"]\s*(~|\+)""",
