@@ -30,13 +30,13 @@ options:
     description: The changed host (the canary). Without it, O(planned) is checked instead.
     type: str
   records:
-    description: The canary's instance records now (the server role's C(_server_records)).
+    description: The canary's instance records now (the server role's C(server_result.records)).
     type: list
     elements: dict
   planned:
     description:
       - Without O(host), before anything changes, in one pass over the play; the instances each host
-        to be analysed will run, by host name (the server role's instance model, C(_server_instances),
+        to be analysed will run, by host name (the server role's instance model, C(server_result.instances),
         or records). The filter fails naming every instance of these hosts, and of the serving hosts
         that may be a baseline, that O(analysis_from) cannot reach; otherwise it returns
         C(checked), the hosts checked.
@@ -71,7 +71,7 @@ EXAMPLES = r"""
   vars:
     _sides: >-
       {{ ansible_play_hosts_all | map('extract', hostvars, '_vllm_deploy') | list
-         | kvfleet.vllm.analysis_sides(host=inventory_hostname, records=_server_records) }}
+         | kvfleet.vllm.analysis_sides(host=inventory_hostname, records=server_result.records) }}
 """
 
 RETURN = r"""

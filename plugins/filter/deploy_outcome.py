@@ -65,7 +65,7 @@ EXAMPLES = r"""
   ansible.builtin.set_fact:
     _vllm_deploy: >-
       {{ _vllm_deploy | kvfleet.vllm.deploy_outcome('kept', now=_vllm_deploy_now, check_mode=ansible_check_mode,
-                                                    restarted=_server_restart.restart | default([])) }}
+                                                    restarted=server_result.restart.restart | default([])) }}
 """
 
 RETURN = r"""

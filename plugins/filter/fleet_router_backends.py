@@ -12,7 +12,7 @@ description:
   - P(kvfleet.vllm.router_backends#filter) for every host of a group, from Ansible's C(hostvars), in
     the hosts' order; what the P(kvfleet.vllm.router#role) role lists in the router's C(--worker-urls).
   - Each host's instances are its deployment record's (C(ansible_local.kvfleet_vllm_server.current.instances)),
-    else the server role's instance model derived in the run (C(_server_records)); each host is reached
+    else the server role's instance model derived in the run (its result's C(server_result.records)); each host is reached
     at its C(vllm_router_backend_address), else C(ansible_host), else its name.
   - Fails as P(kvfleet.vllm.router_backends#filter) does, naming the host and the instance; loopback-bound
     instances are reachable on O(router_host) only.
@@ -48,7 +48,7 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvfleet.vllm.plugins.filter.router_backends import _router_backends
-from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import current_record, var
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import current_record, server_result, var
 
 
 def _fleet_router_backends(hosts, hostvars=None, router_host=""):
@@ -58,7 +58,7 @@ def _fleet_router_backends(hosts, hostvars=None, router_host=""):
     for name in hosts:
         hv = hostvars[name]
         current = current_record(hv)
-        records = current["instances"] if "instances" in current else var(hv, "_server_records", [])
+        records = current["instances"] if "instances" in current else server_result(hv, "records", [])
         address = var(hv, "vllm_router_backend_address") or var(hv, "ansible_host") or name
         out.extend(_router_backends(records, address, host=name, same_host=name == router_host))
     return out

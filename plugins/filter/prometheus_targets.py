@@ -13,7 +13,7 @@ description:
     that serves an API, and one node_exporter target per host.
   - Each host's instances are its deployment record (C(ansible_local.kvfleet_vllm_server.current)),
     where the role read one; else the instance model the server role derived in this run
-    (C(_server_instances)), less a serving group's headless workers (their engines are in their
+    (C(server_result.instances)), less a serving group's headless workers (their engines are in their
     head's /metrics).
   - A host is reached at C(vllm_prometheus_address), else C(ansible_host), else its name. An instance
     whose record has an https URL or TLS files is scraped over https.
@@ -54,7 +54,7 @@ from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import current_record, host_names, var
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import current_record, host_names, server_result, var
 
 
 def _served_model(hv, argv):
@@ -74,7 +74,7 @@ def _text(value):
 def host_targets(name, hv, node_exporter_port):
     """(vllm entries, node entry, known) of one host, from its variables."""
     current = current_record(hv)
-    derived = var(hv, "_server_instances", []) or []
+    derived = server_result(hv, "instances", []) or []
     address = var(hv, "vllm_prometheus_address") or var(hv, "ansible_host") or name
     if "instances" in current:
         records = current.get("instances") or []

@@ -13,7 +13,7 @@ description:
     restarts or starts on any host of the batch, in the batch's order. The deploy restarts every
     member of such a group, even one whose own files did not change (docs/serving-groups.md), since a
     member bound to a head that restarted without it stays out of the group.
-  - A host that has not planned its restart (no C(_server_restart)) is left out.
+  - A host that has not planned its restart (no C(server_result.restart)) is left out.
 options:
   _input:
     description: The batch's host names (C(ansible_play_batch)).
@@ -21,7 +21,7 @@ options:
     elements: str
     required: true
   hostvars:
-    description: Ansible's C(hostvars); each host's C(_server_instances) and C(_server_restart) (its
+    description: Ansible's C(hostvars); each host's C(server_result.instances) and C(server_result.restart) (its
       C(restart) and C(started) instance names).
     type: dict
     required: true
@@ -42,7 +42,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import var
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import server_result
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import restarting_groups
 
 
@@ -52,10 +52,10 @@ def _restarting_groups(hosts, hostvars=None):
     planned = []
     for name in hosts:
         hv = hostvars[name]
-        restart = var(hv, "_server_restart")
+        restart = server_result(hv, "restart")
         if not restart:
             continue
-        planned.append({"instances": var(hv, "_server_instances", []),
+        planned.append({"instances": server_result(hv, "instances", []),
                         "restart": restart.get("restart"), "started": restart.get("started")})
     return restarting_groups(planned)
 

@@ -20,6 +20,14 @@ def var(hv, key, default=None):
     return default if value is None else value
 
 
+def server_result(hv, key, default=None):
+    """One key of the server role's documented result (server_result, roles/server/README.md
+    "Result") as the role left it on this host in this run; default where the role did not set it."""
+    result = var(hv, "server_result", {})
+    value = result.get(key) if hasattr(result, "get") else None
+    return default if value is None else value
+
+
 def current_record(hv):
     """The host's deployment record as last read (ansible_local.kvfleet_vllm_server.current), {} if none."""
     facts = var(hv, "ansible_local", {})

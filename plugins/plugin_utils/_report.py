@@ -218,7 +218,7 @@ def _version(rec):
 
 
 def _staged(staged):
-    """The staging step's words for a host's line (tasks/model.yml's _server_model_staged)."""
+    """The staging step's words for a host's line (the server role's server_result.staged)."""
     if not isinstance(staged, dict) or not staged.get("copied"):
         return ""
     try:
@@ -238,7 +238,7 @@ def _staged(staged):
 
 
 def _runtime(runtime):
-    """Adapters changed on running instances (tasks/lora_runtime.yml's _server_lora_runtime:
+    """Adapters changed on running instances (the server role's server_result.lora_runtime:
     instance -> {load: [{name}], unload: [name]}) in words; '' when none."""
     if not isinstance(runtime, dict) or not runtime:
         return ""

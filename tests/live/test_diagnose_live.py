@@ -53,7 +53,7 @@ RECORDS = """
     - name: The record's instances
       ansible.builtin.copy:
         dest: "{{ record_path }}"
-        content: "{{ {'current': {'instances': _server_records}} | to_json }}"
+        content: "{{ {'current': {'instances': server_result.records}} | to_json }}"
         mode: "0644"
 """
 

@@ -28,9 +28,9 @@ def test_serving_group_workers_are_no_vllm_target_and_a_host_without_instances_i
         "gpu-02": dict(_record([], [WORKER]), vllm_prometheus_address="10.0.0.2"),
         # no record yet: the instance model of this run
         "gpu-03": {"vllm_prometheus_address": "10.0.0.3", "vllm_server_version": "0.32.0",
-                   "_server_instances": [{"name": "main", "headless": True, "argv": [], "record": WORKER}]},
+                   "server_result": {"instances": [{"name": "main", "headless": True, "argv": [], "record": WORKER}]}},
         "gpu-04": {"vllm_prometheus_address": "10.0.0.4", "vllm_server_version": "0.32.0",
-                   "_server_instances": [{"name": "main", "headless": False, "argv": [], "record": HEAD}]},
+                   "server_result": {"instances": [{"name": "main", "headless": False, "argv": [], "record": HEAD}]}},
         "gpu-05": {"vllm_prometheus_address": "10.0.0.5"},
     }
     found = _prometheus_targets(sorted(hostvars), hostvars, 9100)
@@ -44,7 +44,7 @@ def test_labels_from_the_record_the_served_name_from_the_instance_argv_and_https
     keyed = dict(HEAD, name="keyed", port=8001, url="http://10.0.0.1:8001", tls={"cert": "/etc/vllm/c.pem"})
     hv = dict(_record([HEAD, tls, keyed]), ansible_host="gpu-01.example.net",
               vllm_server_model_source={"name": "llama-3-8b", "revision": "r1"},
-              _server_instances=[{"name": "tls", "argv": ["--port", "8443", "--served-model-name", "chat"]}])
+              server_result={"instances": [{"name": "tls", "argv": ["--port", "8443", "--served-model-name", "chat"]}]})
     found = _prometheus_targets(["gpu-01"], {"gpu-01": hv}, 9100)
     assert found["vllm"] == [
         {"targets": ["gpu-01.example.net:8000"],
@@ -74,7 +74,7 @@ def test_the_model_label_falls_back_to_the_host_settings(host_vars, model):
 
 def test_the_address_is_the_host_name_without_ansible_host_and_the_model_versions_without_a_record():
     hv = {"vllm_server_version": "0.11.0", "vllm_server_device": "cpu",
-          "_server_instances": [{"name": "main", "headless": False, "argv": [], "record": dict(HEAD, port=8010)}]}
+          "server_result": {"instances": [{"name": "main", "headless": False, "argv": [], "record": dict(HEAD, port=8010)}]}}
     found = _prometheus_targets(["node-7"], {"node-7": hv}, 9101)
     assert found["vllm"][0]["targets"] == ["node-7:8010"]
     assert found["vllm"][0]["labels"]["vllm_version"] == "0.11.0" and found["vllm"][0]["labels"]["device"] == "cpu"

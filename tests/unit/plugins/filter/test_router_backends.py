@@ -33,15 +33,15 @@ LOOP = {"name": "local", "port": 8001, "bind": "127.0.0.1", "url": "http://127.0
 def test_every_host_from_its_record_else_the_derived_model_at_its_router_address():
     hostvars = {
         "a": {"ansible_local": {"kvfleet_vllm_server": {"current": {"instances": [ANY]}}},
-              "_server_records": [LOOP], "vllm_router_backend_address": "10.0.0.1", "ansible_host": "ignored"},
-        "b": {"_server_records": [ANY], "ansible_host": "b.example.net"},
-        "c": {"ansible_local": {}, "_server_records": [ANY]},
+              "server_result": {"records": [LOOP]}, "vllm_router_backend_address": "10.0.0.1", "ansible_host": "ignored"},
+        "b": {"server_result": {"records": [ANY]}, "ansible_host": "b.example.net"},
+        "c": {"ansible_local": {}, "server_result": {"records": [ANY]}},
     }
     assert FLEET(["a", "b", "c"], hostvars) == ["http://10.0.0.1:8000", "http://b.example.net:8000", "http://c:8000"]
 
 
 def test_loopback_instances_only_on_the_router_host_itself():
-    hostvars = {"r": {"_server_records": [LOOP]}, "s": {"_server_records": [LOOP]}}
+    hostvars = {"r": {"server_result": {"records": [LOOP]}}, "s": {"server_result": {"records": [LOOP]}}}
     assert FLEET(["r"], hostvars, router_host="r") == ["http://127.0.0.1:8001"]
     with pytest.raises(AnsibleFilterError, match="s: instance local"):
         FLEET(["s"], hostvars, router_host="r")

@@ -162,9 +162,9 @@ def test_the_groups_that_restart_in_a_batch_are_those_with_a_moving_member():
 
 
 def test_the_filter_reads_the_batch_from_hostvars_and_skips_a_host_without_a_plan():
-    hostvars = {"head": {"_server_instances": [_member("main", "h:1")], "_server_restart": {"restart": ["main"]}},
-                "worker": {"_server_instances": [_member("main", "h:1")], "_server_restart": {"restart": [], "started": []}},
-                "other": {"_server_instances": [_member("main", "o:1")]}}
+    hostvars = {"head": {"server_result": {"instances": [_member("main", "h:1")], "restart": {"restart": ["main"]}}},
+                "worker": {"server_result": {"instances": [_member("main", "h:1")], "restart": {"restart": [], "started": []}}},
+                "other": {"server_result": {"instances": [_member("main", "o:1")]}}}
     assert _restarting_groups(["worker", "head", "other"], hostvars) == ["h:1"]
     with pytest.raises(AnsibleFilterError, match="needs hostvars"):
         _restarting_groups(["head"])

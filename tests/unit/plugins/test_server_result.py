@@ -1,0 +1,71 @@
+"""The playbooks read the server role through its documented result (server_result) and its
+entry points only: a private _server_* fact read or written by a playbook fails here."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import pytest
+
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import server_result
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
+# _server_x, not vllm_server_x or __server_x
+PRIVATE = re.compile(r"(?<![A-Za-z0-9_])_server_[a-z]")
+
+
+def _playbook_files():
+    files = sorted(glob.glob(os.path.join(ROOT, "playbooks", "**", "*.yml"), recursive=True))
+    assert len(files) > 10
+    return files
+
+
+def _code_lines(path):
+    """(number, line) of each line that is not a comment."""
+    with open(path, encoding="utf-8") as f:
+        return [(n, line) for n, line in enumerate(f, 1) if not line.lstrip().startswith("#")]
+
+
+def test_no_playbook_reads_or_writes_a_private_fact_of_the_server_role():
+    found = ["%s:%d: %s" % (os.path.relpath(path, ROOT), n, line.strip())
+             for path in _playbook_files() for n, line in _code_lines(path) if PRIVATE.search(line)]
+    assert found == []
+
+
+@pytest.mark.parametrize("line, private", [
+    ("x: '{{ _server_records }}'", True),
+    ("x: '{{ hostvars[h]._server_plan.converged }}'", True),
+    ("x: '{{ server_result.records }}'", False),
+    ("__server_backup_drained: {}", False),
+    ("x: '{{ vllm_server_instances }}'", False),
+])
+def test_the_check_tells_private_facts_from_variables(line, private):
+    assert bool(PRIVATE.search(line)) is private
+
+
+def test_every_key_the_playbooks_read_is_one_the_role_sets():
+    """Each server_result.KEY the playbooks read is set by a task of the server role."""
+    role = "".join(open(p, encoding="utf-8").read()
+                   for p in glob.glob(os.path.join(ROOT, "roles", "server", "tasks", "*.yml")))
+    set_keys = set()
+    for mapping in re.findall(r"server_result \| default\(\{\}\) \| combine\(\{(.*?)\}\)", role, re.S):
+        set_keys |= set(re.findall(r"'([a-z_]+)':", mapping))
+    read = set()
+    for path in _playbook_files():
+        read |= set(re.findall(r"server_result\)?\.([a-z_]+)", open(path, encoding="utf-8").read()))
+        read |= set(re.findall(r"\['server_result', '([a-z_]+)'\]", open(path, encoding="utf-8").read()))
+    assert read, "the playbooks read no key of server_result"
+    assert read <= set_keys, sorted(read - set_keys)
+
+
+@pytest.mark.parametrize("hv, key, want", [
+    ({"server_result": {"records": [1]}}, "records", [1]),
+    ({"server_result": {"records": None}}, "records", []),
+    ({"server_result": {}}, "records", []),
+    ({}, "records", []),
+    ({"server_result": "not a dict"}, "records", []),
+])
+def test_server_result_reads_one_key_or_the_default(hv, key, want):
+    assert server_result(hv, key, []) == want
