@@ -6,6 +6,7 @@
 
     python3 rollback_backup.py ROLLBACK_DIR CONFIG_DIR RECORD UNIT_DIR UNIT_GLOB
         [--mark-drained MARKER BY | --clear-drained MARKER]
+    python3 rollback_backup.py --mark-drained MARKER BY | --clear-drained MARKER
 
 ROLLBACK_DIR gets:
   units/   every UNIT_DIR/UNIT_GLOB (the collection's vLLM units: plugins/module_utils/_layout.py)
@@ -17,11 +18,12 @@ exist are removed, so that a backup of an unchanged host changes nothing. Prints
 `current` part: what the host runs, {} before the first deployment; the record holds no secret)
 and `drained` (the drain marker's content, null when there is none). Standard library only.
 
-The deploy's drain marker (playbooks/tasks/lb_hook.yml; the deploy reads it back as a local
-fact) rides along, saving a round trip on each side of a host's change window:
+The drain marker (the one place that writes and removes it; the deploy reads it back as a
+local fact) rides along, saving a round trip on each side of a host's change window:
 --mark-drained writes MARKER ({"by": BY, "since": now}) before the backup, as the drain
 needs it before the load balancer is told; --clear-drained removes it once the backup after
-the undrain is done.
+the undrain is done. Without the five folders and names, only the marker is written or removed
+(tasks/drain_marker.yml, for a restart that changes nothing to back up).
 
 It replaces eleven module calls (each a round trip to the host) with one; the layout is the one
 tasks/rollback.yml has always read.
@@ -164,15 +166,20 @@ def main(argv):
             return 2
         else:
             positional.append(arg)
-    if len(positional) != 5:
+    if len(positional) not in (0, 5) or not (positional or marker):
         sys.stderr.write(__doc__)
         return 2
+    cleared = False
     if "mark" in marker:
         mark_drained(marker["mark"], marker["by"])
-    out = backup(*positional)
+    out = backup(*positional) if positional else {}
     if "clear" in marker and os.path.lexists(marker["clear"]):
         os.unlink(marker["clear"])
-    record = _json_or_none(positional[2]) or {}
+        cleared = True
+    if not positional:
+        # the marker alone: changed when it was written or removed
+        out["changed"] = "mark" in marker or cleared
+    record = (_json_or_none(positional[2]) if positional else None) or {}
     out["current"] = record.get("current") if isinstance(record.get("current"), dict) else {}
     drained = marker.get("mark") or marker.get("clear")
     out["drained"] = _json_or_none(drained) if drained else None

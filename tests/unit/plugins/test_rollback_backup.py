@@ -200,3 +200,27 @@ def test_bad_options_change_nothing(tmp_path):
         proc = _run_stdin(args)
         assert proc.returncode == 2 and "ROLLBACK_DIR" in proc.stderr, args
     assert not os.path.exists(dest)
+
+
+def test_the_drain_marker_alone_without_a_backup(tmp_path):
+    """tasks/drain_marker.yml: a restart that changes nothing marks and clears the host the same
+    way, with the same code, and backs nothing up."""
+    marker = str(tmp_path / "facts.d" / "kvfleet_vllm_drained.fact")
+    proc = _run_stdin(["--mark-drained", marker, "kvfleet.vllm.rolling_restart"])
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    with open(marker, encoding="utf-8") as f:
+        written = json.load(f)
+    assert written["by"] == "kvfleet.vllm.rolling_restart" and _mode(marker) == 0o644
+    assert out == {"changed": True, "current": {}, "drained": written}
+    proc = _run_stdin(["--clear-drained", marker])
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"changed": True, "current": {}, "drained": None}
+    assert not os.path.exists(marker)
+    # a marker already gone: nothing to do, not an error
+    assert json.loads(_run_stdin(["--clear-drained", marker]).stdout)["changed"] is False
+    # neither a backup nor a marker, or a backup short of its folders: refused
+    for args in ([], [str(tmp_path / "rollback")], ["--mark-drained", marker]):
+        proc = _run_stdin(args)
+        assert proc.returncode == 2 and "ROLLBACK_DIR" in proc.stderr, args
+    assert not os.path.exists(tmp_path / "rollback")

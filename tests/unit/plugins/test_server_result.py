@@ -1,5 +1,6 @@
 """The playbooks read the server role through its documented result (server_result) and its
-entry points only: a private _server_* fact read or written by a playbook fails here."""
+entry points' documented variables only: a private _server_* fact read or written by a playbook,
+or an internal __server_* variable passed in, fails here."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ansible_collections.kvfleet.vllm.plugins.plugin_utils._hostvars import serv
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
 # _server_x, not vllm_server_x or __server_x
 PRIVATE = re.compile(r"(?<![A-Za-z0-9_])_server_[a-z]")
+INTERNAL = re.compile(r"(?<![A-Za-z0-9_])__server_[a-z]")
 
 
 def _playbook_files():
@@ -32,6 +34,21 @@ def test_no_playbook_reads_or_writes_a_private_fact_of_the_server_role():
     found = ["%s:%d: %s" % (os.path.relpath(path, ROOT), n, line.strip())
              for path in _playbook_files() for n, line in _code_lines(path) if PRIVATE.search(line)]
     assert found == []
+
+
+def test_no_playbook_passes_an_internal_variable_of_the_server_role():
+    found = ["%s:%d: %s" % (os.path.relpath(path, ROOT), n, line.strip())
+             for path in _playbook_files() for n, line in _code_lines(path) if INTERNAL.search(line)]
+    assert found == []
+
+
+@pytest.mark.parametrize("line, internal", [
+    ("    __server_models_staged: true", True),
+    ("    vllm_server_models_staged: true", False),
+    ("    __hosttools_caller: server", False),
+])
+def test_the_check_tells_internal_variables_from_options(line, internal):
+    assert bool(INTERNAL.search(line)) is internal
 
 
 @pytest.mark.parametrize("line, private", [
