@@ -44,7 +44,7 @@ class CallbackModule(CallbackBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._rows = {}          # host -> its line (the playbook's _vllm_deploy)
+        self._rows = {}          # host -> its line (the playbook's _rollout_row)
         self._stages = {}        # host -> the deploy step it started
         self._unreachable = {}
         self._failures = {}
@@ -80,13 +80,13 @@ class CallbackModule(CallbackBase):
         if task.delegate_to and task.delegate_facts:
             return
         host = self._host(result)
-        if isinstance(facts.get("_vllm_deploy"), dict):
-            self._rows[host] = facts["_vllm_deploy"]
-        if facts.get("_vllm_deploy_stage"):
-            self._stages[host] = facts["_vllm_deploy_stage"]
-        if facts.get("_vllm_deploy_report_dir"):
-            self._report_dir = facts["_vllm_deploy_report_dir"]
-        if facts.get("_vllm_deploy_reported"):
+        if isinstance(facts.get("_rollout_row"), dict):
+            self._rows[host] = facts["_rollout_row"]
+        if facts.get("_rollout_stage"):
+            self._stages[host] = facts["_rollout_stage"]
+        if facts.get("_rollout_report_dir"):
+            self._report_dir = facts["_rollout_report_dir"]
+        if facts.get("_rollout_reported"):
             self._reported = True
 
     def v2_runner_on_failed(self, result, ignore_errors=False):

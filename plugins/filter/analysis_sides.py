@@ -10,7 +10,7 @@ name: analysis_sides
 short_description: The canary and the baseline of a host's analysis in kvfleet.vllm.deploy
 version_added: 0.4.0
 description:
-  - From the deploy's host rows (each host's C(_vllm_deploy)), the servers that
+  - From the deploy's host rows (each host's C(_rollout_row)), the servers that
     M(kvfleet.vllm.canary_analysis) judges for one changed host (the canary, what it runs now)
     and the servers it is judged against (the baseline, every other serving host that has not
     changed yet, with what it ran before; for the last batch, the hosts already verified).
@@ -70,7 +70,7 @@ EXAMPLES = r"""
   delegate_to: localhost
   vars:
     _sides: >-
-      {{ ansible_play_hosts_all | map('extract', hostvars, '_vllm_deploy') | list
+      {{ ansible_play_hosts_all | map('extract', hostvars, '_rollout_row') | list
          | kvfleet.vllm.analysis_sides(host=inventory_hostname, records=server_result.records) }}
 """
 

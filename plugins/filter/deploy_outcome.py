@@ -63,8 +63,8 @@ options:
 EXAMPLES = r"""
 - name: Record the outcome of a kept host
   ansible.builtin.set_fact:
-    _vllm_deploy: >-
-      {{ _vllm_deploy | kvfleet.vllm.deploy_outcome('kept', now=_vllm_deploy_now, check_mode=ansible_check_mode,
+    _rollout_row: >-
+      {{ _rollout_row | kvfleet.vllm.deploy_outcome('kept', now=rollout_record, check_mode=ansible_check_mode,
                                                     restarted=server_result.restart.restart | default([])) }}
 """
 

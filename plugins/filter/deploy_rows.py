@@ -17,7 +17,7 @@ description:
     code.
 options:
   _input:
-    description: Each host's line (the playbook's C(_vllm_deploy)).
+    description: Each host's line (the playbook's C(_rollout_row)).
     type: list
     elements: dict
     required: true

@@ -43,7 +43,7 @@ options:
 EXAMPLES = r"""
 - name: The router's backends on node1
   ansible.builtin.debug:
-    msg: "{{ _vllm_deploy_now.instances | kvfleet.vllm.router_backends(address=ansible_host, host=inventory_hostname) }}"
+    msg: "{{ rollout_record.instances | kvfleet.vllm.router_backends(address=ansible_host, host=inventory_hostname) }}"
 """
 
 RETURN = r"""

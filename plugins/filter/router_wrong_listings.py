@@ -33,7 +33,7 @@ options:
 EXAMPLES = r"""
 - name: Assert the routers list this host's instances as they should
   ansible.builtin.assert:
-    that: _router_hook_lists.results | kvfleet.vllm.router_wrong_listings(_router_hook_urls, 'drain') | length == 0
+    that: _rollout_router_lists.results | kvfleet.vllm.router_wrong_listings(_rollout_router_urls, 'drain') | length == 0
 """
 
 RETURN = r"""

@@ -34,7 +34,7 @@ OUTCOMES = ("upgraded", "restarted", "resumed", "unchanged", "checked", "rolled 
 # a host that serves what the run left: its "after" is what runs
 SERVING = ("upgraded", "restarted", "resumed", "unchanged")
 # a host that went well; any other outcome stops the run after its batch (deploy.yml's
-# _vllm_deploy_ok, which a unit test keeps equal to this)
+# _rollout_ok, which a unit test keeps equal to this)
 OK = SERVING + ("checked",)
 
 

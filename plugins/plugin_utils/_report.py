@@ -313,8 +313,8 @@ def end_rows(rows, stages=None, unreachable=None, failures=None, interrupted=Fal
     """The summary rows of a deploy that ended before its own summary (Ctrl-C, an unreachable
     host, a refusal in the checks), or of a batch that lost a host.
 
-    rows: each host's line as the playbook keeps it (_vllm_deploy); stages: host -> the step it
-    had started (_vllm_deploy_stage: drain, change, restart, verify, undrain); unreachable and
+    rows: each host's line as the playbook keeps it (_rollout_row); stages: host -> the step it
+    had started (_rollout_stage: drain, change, restart, verify, undrain); unreachable and
     failures: host -> why (a task that was not rescued); interrupted: the run was stopped by a
     signal. A host whose line was never finished becomes 'unreachable', 'interrupted' (its batch
     was under way) or 'refused' (it failed the checks); one stopped after its drain started is

@@ -17,6 +17,11 @@ import yaml
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 ROLES = os.path.join(ROOT, "roles")
 INTERNAL = {"hosttools"}   # shipped by other roles; not for direct use
+# applied by the collection's playbooks, an entry point per play: how, in a sentence
+PLAYBOOK_ROLES = {"rollout": (
+    "The `kvfleet.vllm.deploy` and `kvfleet.vllm.rolling_restart` playbooks apply it, one entry point"
+    " per play (their batches need the play's `serial`); run those. A playbook of your own applies the"
+    " entry points in the same order, as `playbooks/deploy.yml` does (`check`, `stage`, then `batch`):")}
 MARKUP = [(re.compile(r"[CMORV]V?\(([^)]*)\)"), r"`\1`"), (re.compile(r"I\(([^)]*)\)"), r"*\1*"),
           (re.compile(r"L\(([^,]*),\s*([^)]*)\)"), r"[\1](\2)"), (re.compile(r"U\(([^)]*)\)"), r"<\1>")]
 
@@ -65,9 +70,17 @@ def render(role):
                 " on its own.", ""]
     out += [text(d) + "\n" for d in main.get("description") or []]
     # the login is an ordinary user with sudo (docs/playbooks.md): root for the role, not the play
-    out += ["## Use", "", "```yaml", "- name: Apply kvfleet.vllm.%s" % role, "  hosts: gpu",
-            "  roles:", "    - role: kvfleet.vllm.%s" % role, "      become: true", "```", "",
-            "`ansible-doc -t role kvfleet.vllm.%s` shows the same." % role, ""]
+    if role in PLAYBOOK_ROLES:
+        out += ["## Use", "", PLAYBOOK_ROLES[role], "", "```yaml", "- name: Deploy batch by batch",
+                "  hosts: gpu", "  serial: [1, \"25%\"]", "  max_fail_percentage: 0", "  tasks:",
+                "    - name: Drain, change, verify, put back, judge; roll back on failure",
+                "      ansible.builtin.import_role:", "        name: kvfleet.vllm.%s" % role,
+                "        tasks_from: batch", "```", "",
+                "`ansible-doc -t role kvfleet.vllm.%s` shows the same." % role, ""]
+    else:
+        out += ["## Use", "", "```yaml", "- name: Apply kvfleet.vllm.%s" % role, "  hosts: gpu",
+                "  roles:", "    - role: kvfleet.vllm.%s" % role, "      become: true", "```", "",
+                "`ansible-doc -t role kvfleet.vllm.%s` shows the same." % role, ""]
     for entry in ["main"] + sorted(e for e in specs if e != "main"):
         spec = specs[entry]
         title = "Variables" if entry == "main" else "Entry point `%s`" % entry
@@ -77,6 +90,11 @@ def render(role):
             out += [text(d) + "\n" for d in spec.get("description") or []]
             if spec.get("options") == main.get("options"):
                 out += ["Takes the same variables as `main`.", ""]
+                continue
+            if role in PLAYBOOK_ROLES:
+                names = sorted(spec.get("options") or {})
+                out += (["Checks these variables (see Variables): %s." % ", ".join("`%s`" % n for n in names), ""]
+                        if names else ["Takes no variables of its own.", ""])
                 continue
         out += ["| Variable | Type | Default | Description |", "|---|---|---|---|"]
         out += list(rows(spec.get("options") or {}))

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 """Write the server role's deployment record in one call (tasks/service.yml, and the deploy's
-KV cache sizing in playbooks/tasks/deploy_verify.yml).
+KV cache sizing in roles/rollout/tasks/deploy_verify.yml).
 
     python3 record.py RECORD [--current JSON] [--sizing JSON] [--check]
 

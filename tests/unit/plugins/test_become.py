@@ -25,10 +25,14 @@ from ansible_collections.kvfleet.vllm.tests.unit.plugins.test_playbook_includes 
 
 PLAYBOOKS = os.path.join(ROOT, "playbooks")
 # task files and role entry points that read world-readable files or only compute: no root
-NO_ROOT = {"tasks/deploy_record.yml", "tasks/serving_group_batch.yml", "tasks/serving_group_barrier.yml",
-           "tasks/deploy_analyse.yml", "kvfleet.vllm.server:instances", "kvfleet.vllm.hosttools:paths"}
+NO_ROOT = {"record.yml", "serving_group_batch.yml", "serving_group_barrier.yml", "deploy_analyse.yml",
+           "kvfleet.vllm.server:instances", "kvfleet.vllm.hosttools:paths", "kvfleet.vllm.rollout:record"}
+ROLLOUT = os.path.join(ROOT, "roles", "rollout", "tasks")
+# the rollout role's entry points: the plays apply them without become, and each becomes root
+# where it needs to itself (checked below as a playbook's tasks are)
+ENTRY_POINTS = {"main.yml", "check.yml", "stage.yml", "batch.yml", "restart_check.yml", "restart_batch.yml"}
 # modules that do not reach a host (no become to speak of)
-LOCAL = ("set_fact", "assert", "debug", "include_tasks", "import_tasks", "include_role", "meta", "fail")
+LOCAL = ("set_fact", "assert", "debug", "include_tasks", "import_tasks", "include_role", "import_role", "meta", "fail")
 HOST_MODULES = ("systemd_service", "systemd", "command", "shell", "file", "copy", "template")
 
 
@@ -41,10 +45,11 @@ def _module(task):
 
 
 def _include_target(task):
-    for key in ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks", "ansible.builtin.include_role"):
+    for key in ("ansible.builtin.include_tasks", "ansible.builtin.import_tasks", "ansible.builtin.include_role",
+                "ansible.builtin.import_role"):
         if key in task:
             args = task[key]
-            if key.endswith("include_role"):
+            if key.endswith("_role"):
                 return "%s:%s" % (args["name"], args.get("tasks_from", "main")), args.get("apply", {})
             if isinstance(args, dict):
                 return args["file"], args.get("apply", {})
@@ -67,7 +72,8 @@ def slips(tasks, where, become=False):
         if "delegate_to" in task and module not in LOCAL and task.get("become") is not False:
             bad.append((where, name, "delegated without become: false"))
         target, apply = _include_target(task)
-        if target is not None and target not in NO_ROOT and not (here or apply.get("become")):
+        rollout_entry = target is not None and target.startswith("kvfleet.vllm.rollout:")
+        if target is not None and target not in NO_ROOT and not rollout_entry and not (here or apply.get("become")):
             bad.append((where, name, "includes %s without become" % target))
         if module in ("systemd_service", "systemd") and "delegate_to" not in task and not here:
             bad.append((where, name, "a unit without become"))
@@ -91,7 +97,8 @@ def playbook_slips(path):
     else:
         # a task file: root comes from its include, which the playbooks' check above requires
         # unless the file is one that needs none
-        bad += slips(doc, where, become=os.path.relpath(path, PLAYBOOKS) not in NO_ROOT)
+        name = os.path.basename(path)
+        bad += slips(doc, where, become=name not in NO_ROOT and name not in ENTRY_POINTS)
     return bad
 
 
@@ -104,7 +111,9 @@ def handler_slips(path):
 
 def test_the_playbooks_become_root_where_they_need_it_and_nowhere_else():
     bad = []
-    for path in sorted(glob.glob(os.path.join(PLAYBOOKS, "*.yml")) + glob.glob(os.path.join(PLAYBOOKS, "tasks", "*.yml"))):
+    paths = sorted(glob.glob(os.path.join(PLAYBOOKS, "*.yml")) + glob.glob(os.path.join(ROLLOUT, "*.yml")))
+    assert len(paths) > 20
+    for path in paths:
         bad += playbook_slips(path)
     assert bad == []
 
@@ -123,7 +132,9 @@ def test_every_handler_that_touches_a_unit_becomes_root():
      "includes kvfleet.vllm.server:rollback without become"),
     ([{"name": "r", "ansible.builtin.systemd_service": {"name": "vllm-main.service", "state": "restarted"}}],
      "a unit without become"),
-    ([{"name": "h", "ansible.builtin.include_tasks": "tasks/lb_hook.yml"}], "includes tasks/lb_hook.yml without become"),
+    ([{"name": "h", "ansible.builtin.include_tasks": "lb_hook.yml"}], "includes lb_hook.yml without become"),
+    ([{"name": "m", "ansible.builtin.import_role": {"name": "kvfleet.vllm.server", "tasks_from": "model"}}],
+     "includes kvfleet.vllm.server:model without become"),
 ])
 def test_the_check_flags_each_slip(tasks, wrong):
     assert [w for _f, _n, w in slips(tasks, "x.yml")] == [wrong]
@@ -133,9 +144,10 @@ def test_the_check_flags_each_slip(tasks, wrong):
     [{"name": "b", "become": True, "block": [
         {"name": "lb", "ansible.builtin.command": {"argv": ["x"]}, "delegate_to": "lb", "become": False},
         {"name": "s", "ansible.builtin.include_role": {"name": "kvfleet.vllm.server", "tasks_from": "rollback"}}]}],
-    [{"name": "h", "ansible.builtin.include_tasks": {"file": "tasks/lb_hook.yml", "apply": {"become": True}}}],
+    [{"name": "h", "ansible.builtin.include_tasks": {"file": "lb_hook.yml", "apply": {"become": True}}}],
     [{"name": "n", "ansible.builtin.set_fact": {"x": 1}, "delegate_to": "localhost"}],
-    [{"name": "r", "ansible.builtin.include_tasks": "tasks/deploy_record.yml"}],
+    [{"name": "r", "ansible.builtin.include_tasks": "record.yml"}],
+    [{"name": "b", "ansible.builtin.import_role": {"name": "kvfleet.vllm.rollout", "tasks_from": "batch"}}],
 ])
 def test_the_check_passes_what_is_right(tasks):
     assert slips(tasks, "x.yml") == []

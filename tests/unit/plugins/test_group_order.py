@@ -68,7 +68,7 @@ def _loops(path):
     return found
 
 
-@pytest.mark.parametrize("path", ["roles/server/handlers/main.yml", "playbooks/rolling_restart.yml"])
+@pytest.mark.parametrize("path", ["roles/server/handlers/main.yml", "roles/rollout/tasks/restart_batch.yml"])
 def test_the_handlers_and_rolling_restart_run_each_group_step_once_in_the_one_order(path):
     assert _loops(path) == KEYS
 

@@ -9,7 +9,9 @@ import yaml
 
 ROLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "roles")
 # documented but without a default on purpose: required, or set by the calling role
-NO_DEFAULT = {"hosttools": {"__hosttools_caller"}}
+NO_DEFAULT = {"hosttools": {"__hosttools_caller"},
+              "rollout": {"vllm_deploy_analysis_ca_path", "vllm_deploy_analysis_client_cert",
+                          "vllm_deploy_analysis_client_key"}}
 
 
 def load(role, *path):
@@ -29,7 +31,8 @@ def test_defaults_and_argument_specs_agree(role):
 def test_role_variables_carry_the_role_prefix(role):
     prefix = {"server": "vllm_server_", "scheduled_restart": "vllm_restart_",
               "monitor": "vllm_monitor_", "hosttools": "kvfleet_hosttools_",
-              "prometheus": "vllm_prometheus_", "router": "vllm_router_"}[role]
+              "prometheus": "vllm_prometheus_", "router": "vllm_router_",
+              "rollout": ("vllm_deploy_", "vllm_rolling_restart_")}[role]
     assert all(name.startswith(prefix) for name in load(role, "defaults", "main.yml"))
 
 
@@ -94,3 +97,16 @@ def test_a_partial_model_source_is_left_to_the_preflight():
     result = ArgumentSpecValidator({"vllm_server_model_source": spec["vllm_server_model_source"]}).validate(
         {"vllm_server_model_source": {"name": "tiny"}})
     assert not result.error_messages
+
+
+def test_the_rollout_checks_every_deploy_setting_before_any_host_changes():
+    """The deploy's first play (entry point check) validates every vllm_deploy_* setting, and the
+    rolling restart's every one it reads; an entry point's option is main's word for word (one
+    anchor each), so the README and ansible-doc never say two things of one variable."""
+    specs = load("rollout", "meta", "argument_specs.yml")["argument_specs"]
+    main = specs["main"]["options"]
+    assert set(specs["check"]["options"]) == {n for n in main if n.startswith("vllm_deploy_")}
+    assert {n for n in main if n.startswith("vllm_rolling_restart_")} <= set(specs["restart_check"]["options"])
+    for entry, spec in specs.items():
+        for name, option in (spec.get("options") or {}).items():
+            assert option == main[name], (entry, name)

@@ -158,7 +158,7 @@ def test_the_drain_marker_rides_along_before_the_drain_and_after_the_undrain(tmp
     proc = _run_stdin([dest, conf, record, units, UNIT_GLOB, "--mark-drained", marker, "kvfleet.vllm.deploy"])
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    # what tasks/deploy_record.yml would read back as local facts, and the backup done
+    # what tasks/record.yml would read back as local facts, and the backup done
     with open(marker, encoding="utf-8") as f:
         written = json.load(f)
     assert written["by"] == "kvfleet.vllm.deploy" and written["since"].endswith("Z")

@@ -1,6 +1,6 @@
-"""The playbooks read the server role through its documented result (server_result) and its
-entry points' documented variables only: a private _server_* fact read or written by a playbook,
-or an internal __server_* variable passed in, fails here."""
+"""The playbooks and the rollout role read the server role through its documented result
+(server_result) and its entry points' documented variables only: a private _server_* fact read or
+written by either, or an internal __server_* variable passed in, fails here."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ INTERNAL = re.compile(r"(?<![A-Za-z0-9_])__server_[a-z]")
 
 
 def _playbook_files():
-    files = sorted(glob.glob(os.path.join(ROOT, "playbooks", "**", "*.yml"), recursive=True))
-    assert len(files) > 10
+    files = sorted(glob.glob(os.path.join(ROOT, "playbooks", "**", "*.yml"), recursive=True)
+                   + glob.glob(os.path.join(ROOT, "roles", "rollout", "**", "*.yml"), recursive=True))
+    assert len(files) > 20
     return files
 
 

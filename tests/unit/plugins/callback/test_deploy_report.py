@@ -79,11 +79,11 @@ def test_filter_takes_a_list_of_unreachable_hosts():
 def test_interrupt_writes_summary_and_report(callback, tmp_path):
     cb = callback
     for h in ("n1", "n2", "n3"):
-        cb.v2_runner_on_ok(_result(h, {"_vllm_deploy": _row(h), "_vllm_deploy_report_dir": str(tmp_path)}))
-    cb.v2_runner_on_ok(_result("n1", {"_vllm_deploy": _row("n1", 1, "upgraded", after=A, seconds=80.0)}))
-    cb.v2_runner_on_ok(_result("n2", {"_vllm_deploy": _row("n2", 2)}))
-    cb.v2_runner_on_ok(_result("n2", {"_vllm_deploy_stage": "drain"}))
-    cb.v2_runner_on_ok(_result("n2", {"_vllm_deploy_stage": "restart"}))
+        cb.v2_runner_on_ok(_result(h, {"_rollout_row": _row(h), "_rollout_report_dir": str(tmp_path)}))
+    cb.v2_runner_on_ok(_result("n1", {"_rollout_row": _row("n1", 1, "upgraded", after=A, seconds=80.0)}))
+    cb.v2_runner_on_ok(_result("n2", {"_rollout_row": _row("n2", 2)}))
+    cb.v2_runner_on_ok(_result("n2", {"_rollout_stage": "drain"}))
+    cb.v2_runner_on_ok(_result("n2", {"_rollout_stage": "restart"}))
     cb._at_exit()
     report = json.loads((tmp_path / "kvfleet-vllm-deploy.json").read_text())
     assert report["ended"] == "interrupted"
@@ -102,7 +102,7 @@ def test_interrupt_writes_summary_and_report(callback, tmp_path):
 def test_refusal_in_the_checks_is_reported(callback, tmp_path):
     cb = callback
     for h in ("n1", "n2"):
-        cb.v2_runner_on_ok(_result(h, {"_vllm_deploy": _row(h), "_vllm_deploy_report_dir": str(tmp_path)}))
+        cb.v2_runner_on_ok(_result(h, {"_rollout_row": _row(h), "_rollout_report_dir": str(tmp_path)}))
     cb.v2_runner_on_failed(_result("n2", task="Assert the model", msg="no model at /srv/m", public=False))
     cb.v2_playbook_on_stats(None)
     report = json.loads((tmp_path / "kvfleet-vllm-deploy.json").read_text())
@@ -113,8 +113,8 @@ def test_refusal_in_the_checks_is_reported(callback, tmp_path):
 
 def test_unreachable_canary_is_named(callback, tmp_path):
     cb = callback
-    cb.v2_runner_on_ok(_result("n1", {"_vllm_deploy": _row("n1", 1), "_vllm_deploy_report_dir": str(tmp_path)}))
-    cb.v2_runner_on_ok(_result("n1", {"_vllm_deploy_stage": "change"}, public=False))
+    cb.v2_runner_on_ok(_result("n1", {"_rollout_row": _row("n1", 1), "_rollout_report_dir": str(tmp_path)}))
+    cb.v2_runner_on_ok(_result("n1", {"_rollout_stage": "change"}, public=False))
     cb.v2_runner_on_unreachable(_result("n1", task="Install vLLM", msg="ssh: timed out"))
     cb.v2_playbook_on_stats(None)
     host = json.loads((tmp_path / "kvfleet-vllm-deploy.json").read_text())["hosts"][0]
@@ -124,8 +124,8 @@ def test_unreachable_canary_is_named(callback, tmp_path):
 
 def test_a_run_that_wrote_its_own_report_is_left_alone(callback, tmp_path):
     cb = callback
-    cb.v2_runner_on_ok(_result("n1", {"_vllm_deploy": _row("n1", 1, "upgraded"), "_vllm_deploy_report_dir": str(tmp_path)}))
-    cb.v2_runner_on_ok(_result("n1", {"_vllm_deploy_reported": True}))
+    cb.v2_runner_on_ok(_result("n1", {"_rollout_row": _row("n1", 1, "upgraded"), "_rollout_report_dir": str(tmp_path)}))
+    cb.v2_runner_on_ok(_result("n1", {"_rollout_reported": True}))
     cb.v2_playbook_on_stats(None)
     cb._at_exit()
     assert not (tmp_path / "kvfleet-vllm-deploy.json").exists() and cb._display.lines == []
@@ -145,7 +145,7 @@ def test_rows_follow_the_inventory_order(callback, tmp_path):
     callback.v2_playbook_on_play_start(SimpleNamespace(
         hosts="all", get_variable_manager=lambda: SimpleNamespace(_inventory=inventory)))
     for h in ("n3", "n1", "n2"):   # as forks return them
-        callback.v2_runner_on_ok(_result(h, {"_vllm_deploy": _row(h), "_vllm_deploy_report_dir": str(tmp_path)}))
+        callback.v2_runner_on_ok(_result(h, {"_rollout_row": _row(h), "_rollout_report_dir": str(tmp_path)}))
     callback._at_exit()
     report = json.loads((tmp_path / "kvfleet-vllm-deploy.json").read_text())
     assert [h["host"] for h in report["hosts"]] == ["n1", "n2", "n3"]

@@ -127,11 +127,9 @@ def test_every_outcome_it_gives_is_one_the_report_knows():
 
 
 def test_the_playbook_calls_the_same_outcomes_good():
-    """deploy.yml's _vllm_deploy_ok (which stops the run after a batch with any other) is OK."""
-    with open(os.path.join(ROOT, "playbooks", "deploy.yml")) as f:
-        plays = yaml.safe_load(f)
-    oks = [p["vars"]["_vllm_deploy_ok"] for p in plays if "_vllm_deploy_ok" in (p.get("vars") or {})]
-    assert oks and all(tuple(o) == OK for o in oks), oks
+    """The rollout role's _rollout_ok (which stops the run after a batch with any other) is OK."""
+    with open(os.path.join(ROOT, "roles", "rollout", "vars", "main.yml")) as f:
+        assert tuple(yaml.safe_load(f)["_rollout_ok"]) == OK
 
 
 def test_the_filter_says_what_is_wrong():
@@ -144,7 +142,7 @@ def test_the_filter_says_what_is_wrong():
 def test_no_playbook_decides_an_outcome_itself():
     """Every step that ends a host goes through the filter: no task file writes an outcome."""
     offenders = []
-    for folder in ("playbooks", os.path.join("playbooks", "tasks")):
+    for folder in ("playbooks", os.path.join("roles", "rollout", "tasks")):
         for name in sorted(os.listdir(os.path.join(ROOT, folder))):
             if not name.endswith(".yml"):
                 continue
