@@ -91,6 +91,9 @@ def render(role):
             if spec.get("options") == main.get("options"):
                 out += ["Takes the same variables as `main`.", ""]
                 continue
+            if not spec.get("options") and role not in PLAYBOOK_ROLES:
+                out += ["Reads the variables of `main`; checks none itself.", ""]
+                continue
             if role in PLAYBOOK_ROLES:
                 names = sorted(spec.get("options") or {})
                 out += (["Checks these variables (see Variables): %s." % ", ".join("`%s`" % n for n in names), ""]

@@ -83,7 +83,7 @@ def test_files_with_drain_hooks_are_private_and_never_diffed(path, name, hooks):
 
 
 def test_the_store_folders_are_made_without_following_a_link():
-    path = "roles/server/tasks/stage_artefact.yml"
+    path = "roles/server/tasks/stage_copy.yml"
     block = _task(path, "Copy and promote {{ _artefact.label }}")["block"]
     names = [t["name"] for t in block]
     make = names.index("Create the model's folder in the store")
@@ -105,7 +105,7 @@ def test_the_store_folders_are_made_without_following_a_link():
 def test_the_store_link_assert_refuses_a_link_and_names_it(results, holds):
     from ansible.parsing.dataloader import DataLoader
     from ansible.template import Templar, trust_as_template
-    block = _task("roles/server/tasks/stage_artefact.yml", "Copy and promote {{ _artefact.label }}")["block"]
+    block = _task("roles/server/tasks/stage_copy.yml", "Copy and promote {{ _artefact.label }}")["block"]
     check = [t for t in block if "ansible.builtin.assert" in t][0]["ansible.builtin.assert"]
     templar = Templar(loader=DataLoader(), variables={"_server_artefact_links": {"results": results},
                                                       "inventory_hostname": "gpu-01"})
