@@ -14,8 +14,8 @@ description:
   - C(unit_dir) (systemd's folder for the units the roles write), C(unit_glob) (every vLLM unit of
     the collection's; the C(kvfleet.vllm.unit_name) filter names one instance's), C(record) (the
     deployment record), C(drain_marker) (present while a deploy has the host out of its load
-    balancer), C(router_record) (the router role's record) and C(command) (the kvfleet-vllm host
-    program).
+    balancer), C(router_record) (the router role's record), C(command) (the kvfleet-vllm host
+    program) and C(converged_state) (what the last verified deploy left on the host).
 options:
   _terms:
     description: The names to look up.

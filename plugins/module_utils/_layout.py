@@ -42,6 +42,8 @@ LAYOUT = {
     "router_record": FACTS_DIR + "/kvfleet_vllm_router.fact",
     # the host program
     "command": "/usr/local/bin/kvfleet-vllm",
+    # what the last verified deploy left on the host (module_utils/_converged.py); root only
+    "converged_state": "/var/lib/kvfleet/converged.json",
 }
 
 # an instance name as the server role accepts it (plugin_utils/_instances.py)

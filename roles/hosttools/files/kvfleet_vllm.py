@@ -28,6 +28,9 @@ configuration names (the server role writes it; one model of an instance, no cop
                                       and start each, and the stale check, in one call; JSON)
   kvfleet-vllm applied --unit vllm-main.service --file F            (its process serves F already: a
                                                                   LoRA adapter loaded at runtime)
+  kvfleet-vllm converged [--record --spec JSON] < FINGERPRINT       (does the host hold what its last
+                                                                  verified deploy left? JSON; the
+                                                                  deploy's one round trip per host)
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ from urllib.parse import unquote, urlsplit
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "lib"))
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._analysis_run import run_analysis  # noqa: E402
+from ansible_collections.kvfleet.vllm.plugins.module_utils._converged import (  # noqa: E402
+    differences as converged_differences, load as converged_load, state as converged_state)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
     add_rates, diagnose, memory_growth, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (  # noqa: E402
@@ -641,6 +646,69 @@ def start_command(args):
 def stale_command(args):
     """Print stale()'s answer as JSON; exit 0 either way."""
     json.dump(stale(args.unit, args.file or [], applied=args.applied), sys.stdout, sort_keys=True)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _read_json(path):
+    """A local fact file's object, or None."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def converged(state_path, fingerprint, record_path=None, marker_path=None):
+    """Whether the host holds what its last verified deploy left (module_utils/_converged.py) and
+    every recorded unit runs no older than its files; with the deployment record's current part
+    and the drain marker, so that the deploy reads the host in this one call.
+    Returns {converged, reasons, record, drained}."""
+    recorded = converged_load(state_path)
+    reasons = converged_differences(recorded, fingerprint)
+    drained = _read_json(marker_path or LAYOUT["drain_marker"])
+    if drained is not None:
+        reasons.append("left drained by an earlier run")
+    if not reasons:
+        for unit in recorded["spec"]["units"]:
+            row = stale(unit["unit"], unit.get("files") or [])
+            if not row["active"]:
+                reasons.append("%s is not running" % unit["unit"])
+            elif row["stale"]:
+                reasons.append("%s runs older settings" % unit["unit"])
+    record = _read_json(record_path or LAYOUT["record"]) or {}
+    return {"converged": not reasons, "reasons": reasons, "record": record.get("current") or {}, "drained": drained}
+
+
+def converged_command(args):
+    """The fingerprint comes on stdin (one line), never on the command line: it is derived from
+    settings that hold secrets. Check: print converged()'s answer. --record: write the state
+    (root only) and say whether it changed. Exit 1 on a bad spec or fingerprint."""
+    fingerprint = sys.stdin.readline().strip()
+    try:
+        if not args.record:
+            result = converged(args.state, fingerprint)
+        else:
+            spec = json.loads(args.spec or "null")
+            if isinstance(spec, dict):
+                # this program and its library, wherever the hosttools role put them
+                spec = dict(spec, trees=list(spec.get("trees") or []) + [os.path.dirname(os.path.realpath(__file__))],
+                            files=list(spec.get("files") or []) + [LAYOUT["command"]])
+            new = converged_state(spec, fingerprint)
+            changed = converged_load(args.state) != json.loads(json.dumps(new))
+            if changed:
+                os.makedirs(os.path.dirname(args.state) or ".", mode=0o755, exist_ok=True)
+                tmp = args.state + ".tmp"
+                with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                    json.dump(new, f, sort_keys=True)
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, args.state)
+            result = {"recorded": args.state, "changed": changed}
+    except ValueError as exc:
+        print(scrub(str(exc)), file=sys.stderr)
+        return 1
+    json.dump(result, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0
 
@@ -1512,6 +1580,12 @@ def main(argv=None):
     p.add_argument("--remove-others", metavar="CONFIG_DIR",
                    help="first stop and delete the %s units not in --spec (their files in CONFIG_DIR too)" % LAYOUT["unit_glob"])
     p.set_defaults(func=start_command)
+    p = sub.add_parser("converged", help="does the host hold what its last verified deploy left? (JSON; fingerprint on stdin)")
+    p.add_argument("--state", default=LAYOUT["converged_state"])
+    p.add_argument("--record", action="store_true", help="write the state instead (after a verified deploy)")
+    p.add_argument("--spec", help='with --record, JSON: {"files": [...], "trees": [...], "stat_trees": [...], '
+                                   '"globs": ["DIR/PATTERN"], "absent": [...], "units": [{"unit": U, "files": [...]}]}')
+    p.set_defaults(func=converged_command)
     p = sub.add_parser("applied", help="stamp files the running process already serves (a runtime change)")
     p.add_argument("--unit", required=True)
     p.add_argument("--file", action="append", required=True, help="a file whose content it serves (repeat)")

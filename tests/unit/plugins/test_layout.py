@@ -109,7 +109,7 @@ def test_unit_names_both_ways():
 def test_the_lookup_gives_the_values_in_order_and_names_an_unknown_one():
     lookup = LookupModule()
     assert lookup.run(["record", "drain_marker"], variables={}) == [LAYOUT["record"], LAYOUT["drain_marker"]]
-    with pytest.raises(AnsibleLookupError, match="unknown name 'recrod'; one of command, drain_marker"):
+    with pytest.raises(AnsibleLookupError, match="unknown name 'recrod'; one of command, converged_state, drain_marker"):
         lookup.run(["recrod"], variables={})
 
 

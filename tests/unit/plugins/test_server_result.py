@@ -87,3 +87,34 @@ def test_every_key_the_playbooks_read_is_one_the_role_sets():
 ])
 def test_server_result_reads_one_key_or_the_default(hv, key, want):
     assert server_result(hv, key, []) == want
+
+
+def test_every_option_a_caller_sets_for_one_call_stays_out_of_the_fingerprint():
+    """The converged fingerprint (roles/server/vars/main.yml) is computed when the deploy checks a
+    host and again when it records it, under other include vars: a vllm_server_* variable that a
+    playbook or role passes to one call of the server role must be in __server_call_options, or
+    no host would ever be found converged again."""
+    import yaml
+    passed = set()
+
+    def walk(tasks):
+        for task in tasks or []:
+            if not isinstance(task, dict):
+                continue
+            for key in ("block", "rescue", "always"):
+                walk(task.get(key))
+            for key in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                if key in task and task[key].get("name") == "kvfleet.vllm.server":
+                    passed.update(k for k in (task.get("vars") or {}) if k.startswith("vllm_server_"))
+    for path in _playbook_files() + glob.glob(os.path.join(ROOT, "roles", "*", "tasks", "*.yml")):
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+        if isinstance(doc, list) and doc and isinstance(doc[0], dict) and "hosts" in doc[0]:
+            for play in doc:
+                walk(play.get("tasks"))
+        else:
+            walk(doc)
+    with open(os.path.join(ROOT, "roles", "server", "vars", "main.yml"), encoding="utf-8") as f:
+        call_options = set(yaml.safe_load(f)["__server_call_options"])
+    assert "vllm_server_converged" in passed and "vllm_server_verify_instances" in passed
+    assert passed <= call_options, sorted(passed - call_options)

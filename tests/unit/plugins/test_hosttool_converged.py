@@ -1,0 +1,108 @@
+"""`kvfleet-vllm converged`: the deploy's one round trip per host. After --record, the same
+fingerprint and untouched files, with every unit running no older than them, answer converged
+with the deployment record and the drain marker; a unit that stopped, a stale process, a drain
+marker or another fingerprint does not. The fingerprint comes on stdin, never in argv."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import stat
+
+import pytest
+
+from ansible_collections.kvfleet.vllm.tests.unit.plugins import hostprog
+
+prog = hostprog.load("kvfleet_vllm_converged")
+FP = "ab" * 32
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    unit = tmp_path / "vllm-main.service"
+    unit.write_text("[Service]\n")
+    record = tmp_path / "record.fact"
+    record.write_text(json.dumps({"current": {"version": "0.32.0", "instances": [{"name": "main"}]}}))
+    spec = {"files": [str(unit), str(record)], "units": [{"unit": "vllm-main.service", "files": [str(unit)]}]}
+    runs = {"active": True, "stale": False}
+    monkeypatch.setattr(prog, "stale", lambda u, files: {"unit": u, "active": runs["active"], "stale": runs["stale"], "why": None})
+    monkeypatch.setitem(prog.LAYOUT, "record", str(record))
+    monkeypatch.setitem(prog.LAYOUT, "drain_marker", str(tmp_path / "drained.fact"))
+    return tmp_path, spec, runs
+
+
+def run(monkeypatch, state, fingerprint, spec=None):
+    monkeypatch.setattr(prog.sys, "stdin", io.StringIO(fingerprint + "\n"))
+    out = io.StringIO()
+    monkeypatch.setattr(prog.sys, "stdout", out)
+    args = argparse.Namespace(state=str(state), record=spec is not None, spec=json.dumps(spec) if spec is not None else None)
+    rc = prog.converged_command(args)
+    return rc, json.loads(out.getvalue()) if out.getvalue() else None
+
+
+def test_recorded_then_asked_the_host_is_converged_with_its_record(host, monkeypatch):
+    root, spec, _runs = host
+    state = root / "lib" / "converged.json"
+    rc, out = run(monkeypatch, state, FP, spec)
+    assert rc == 0 and out == {"recorded": str(state), "changed": True}
+    assert stat.S_IMODE(os.stat(str(state)).st_mode) == 0o600   # it holds the fingerprint of secrets
+    rc, out = run(monkeypatch, state, FP, spec)
+    assert out["changed"] is False                               # the same state again: not rewritten
+    rc, out = run(monkeypatch, state, FP)
+    assert rc == 0 and out == {"converged": True, "reasons": [], "drained": None,
+                               "record": {"version": "0.32.0", "instances": [{"name": "main"}]}}
+
+
+@pytest.mark.parametrize("what, reason", [
+    ("stopped", "vllm-main.service is not running"),
+    ("stale", "vllm-main.service runs older settings"),
+    ("drained", "left drained by an earlier run"),
+    ("fingerprint", "the settings or the collection changed since the host was last verified"),
+    ("edited", "vllm-main.service changed"),
+])
+def test_what_makes_a_host_not_converged(host, monkeypatch, what, reason):
+    root, spec, runs = host
+    state = root / "converged.json"
+    run(monkeypatch, state, FP, spec)
+    fingerprint = FP
+    if what == "stopped":
+        runs["active"] = False
+    elif what == "stale":
+        runs["stale"] = True
+    elif what == "drained":
+        (root / "drained.fact").write_text('{"by": "Deploy batch by batch", "since": "2026-12-06T12:00:00Z"}')
+    elif what == "fingerprint":
+        fingerprint = "cd" * 32
+    else:
+        (root / "vllm-main.service").write_text("[Service]\nExecStart=/other\n")
+    rc, out = run(monkeypatch, state, fingerprint)
+    assert rc == 0 and out["converged"] is False and any(reason in r for r in out["reasons"]), out
+    if what == "drained":
+        assert out["drained"]["by"] == "Deploy batch by batch"
+
+
+def test_no_state_yet_is_not_converged_and_still_reads_the_record(host, monkeypatch):
+    root, _spec, _runs = host
+    rc, out = run(monkeypatch, root / "missing.json", FP)
+    assert rc == 0 and out["converged"] is False and out["record"]["version"] == "0.32.0"
+
+
+def test_a_bad_spec_writes_nothing_and_says_why(host, monkeypatch, capsys):
+    root, _spec, _runs = host
+    state = root / "converged.json"
+    rc, _out = run(monkeypatch, state, FP, {"files": ["relative"]})
+    assert rc == 1 and not state.exists()
+
+
+def test_an_empty_fingerprint_is_refused(host, monkeypatch):
+    root, spec, _runs = host
+    state = root / "converged.json"
+    rc, _out = run(monkeypatch, state, "", spec)
+    assert rc == 1 and not state.exists()
+
+
+def test_the_command_line_takes_no_fingerprint():
+    with pytest.raises(SystemExit):
+        prog.main(["converged", "--fingerprint", FP])
