@@ -1584,7 +1584,7 @@ def main(argv=None):
     p.add_argument("--state", default=LAYOUT["converged_state"])
     p.add_argument("--record", action="store_true", help="write the state instead (after a verified deploy)")
     p.add_argument("--spec", help='with --record, JSON: {"files": [...], "trees": [...], "stat_trees": [...], '
-                                   '"globs": ["DIR/PATTERN"], "absent": [...], "units": [{"unit": U, "files": [...]}]}')
+                   '"globs": ["DIR/PATTERN"], "absent": [...], "units": [{"unit": U, "files": [...]}]}')
     p.set_defaults(func=converged_command)
     p = sub.add_parser("applied", help="stamp files the running process already serves (a runtime change)")
     p.add_argument("--unit", required=True)
