@@ -116,5 +116,5 @@ def test_every_option_a_caller_sets_for_one_call_stays_out_of_the_fingerprint():
             walk(doc)
     with open(os.path.join(ROOT, "roles", "server", "vars", "main.yml"), encoding="utf-8") as f:
         call_options = set(yaml.safe_load(f)["__server_call_options"])
-    assert "vllm_server_converged" in passed and "vllm_server_verify_instances" in passed
+    assert "vllm_server_verify_instances" in passed and "vllm_server_drain_marker" in passed
     assert passed <= call_options, sorted(passed - call_options)
