@@ -91,13 +91,8 @@ def render(role):
             if spec.get("options") == main.get("options"):
                 out += ["Takes the same variables as `main`.", ""]
                 continue
-            if not spec.get("options") and role not in PLAYBOOK_ROLES:
+            if not spec.get("options"):
                 out += ["Reads the variables of `main`; checks none itself.", ""]
-                continue
-            if role in PLAYBOOK_ROLES:
-                names = sorted(spec.get("options") or {})
-                out += (["Checks these variables (see Variables): %s." % ", ".join("`%s`" % n for n in names), ""]
-                        if names else ["Takes no variables of its own.", ""])
                 continue
         out += ["| Variable | Type | Default | Description |", "|---|---|---|---|"]
         out += list(rows(spec.get("options") or {}))
