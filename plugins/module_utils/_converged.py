@@ -163,9 +163,11 @@ def differences(recorded, fingerprint, now=None):
 
 
 def load(path):
-    """The recorded state at `path`, or None (missing, unreadable, not JSON)."""
+    """The JSON object at `path` (the recorded state, or a local fact file), or None (missing,
+    unreadable, not JSON, not an object)."""
     try:
         with open(path) as f:
-            return json.load(f)
+            data = json.load(f)
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None

@@ -650,16 +650,6 @@ def stale_command(args):
     return 0
 
 
-def _read_json(path):
-    """A local fact file's object, or None."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def converged(state_path, fingerprint, record_path=None, marker_path=None):
     """Whether the host holds what its last verified deploy left (module_utils/_converged.py) and
     every recorded unit runs no older than its files; with the deployment record's current part
@@ -667,7 +657,7 @@ def converged(state_path, fingerprint, record_path=None, marker_path=None):
     Returns {converged, reasons, record, drained}."""
     recorded = converged_load(state_path)
     reasons = converged_differences(recorded, fingerprint)
-    drained = _read_json(marker_path or LAYOUT["drain_marker"])
+    drained = converged_load(marker_path or LAYOUT["drain_marker"])
     if drained is not None:
         reasons.append("left drained by an earlier run")
     if not reasons:
@@ -677,7 +667,7 @@ def converged(state_path, fingerprint, record_path=None, marker_path=None):
                 reasons.append("%s is not running" % unit["unit"])
             elif row["stale"]:
                 reasons.append("%s runs older settings" % unit["unit"])
-    record = _read_json(record_path or LAYOUT["record"]) or {}
+    record = converged_load(record_path or LAYOUT["record"]) or {}
     return {"converged": not reasons, "reasons": reasons, "record": record.get("current") or {}, "drained": drained}
 
 
@@ -699,11 +689,7 @@ def converged_command(args):
             changed = converged_load(args.state) != json.loads(json.dumps(new))
             if changed:
                 os.makedirs(os.path.dirname(args.state) or ".", mode=0o755, exist_ok=True)
-                tmp = args.state + ".tmp"
-                with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-                    json.dump(new, f, sort_keys=True)
-                os.chmod(tmp, 0o600)
-                os.replace(tmp, args.state)
+                _atomic_write(args.state, json.dumps(new, sort_keys=True), mode=0o600)
             result = {"recorded": args.state, "changed": changed}
     except ValueError as exc:
         print(scrub(str(exc)), file=sys.stderr)
@@ -1231,11 +1217,13 @@ def _rotate(path, max_bytes, keep):
     os.replace(path, path + ".1")
 
 
-def _atomic_write(path, text):
+def _atomic_write(path, text, mode=0o644):
+    """Write `path` whole or not at all, with `mode` from its first byte (a root-only file is
+    never readable by others, not even half-written)."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as f:
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
         f.write(text)
-    os.chmod(tmp, 0o644)
+    os.chmod(tmp, mode)
     os.replace(tmp, path)
 
 

@@ -106,3 +106,13 @@ def test_an_empty_fingerprint_is_refused(host, monkeypatch):
 def test_the_command_line_takes_no_fingerprint():
     with pytest.raises(SystemExit):
         prog.main(["converged", "--fingerprint", FP])
+
+
+def test_a_program_without_the_command_exits_2_as_the_role_expects():
+    """The server role's converged entry point reads exit 2 as 'cannot answer' (a missing program,
+    or an older one without this command: argparse's usage error) and fails on anything else."""
+    with pytest.raises(SystemExit) as exc:
+        prog.main(["no-such-command"])
+    assert exc.value.code == 2
+    with open(os.path.join(os.path.dirname(hostprog.PATH), "..", "..", "server", "tasks", "converged.yml")) as f:
+        assert "failed_when: _server_converged.rc not in [0, 2]" in f.read()
