@@ -13,6 +13,8 @@ description:
   - The deploy's hosts in batch order, hosts an earlier run left drained first (the next deploy
     finishes them before it changes another), then the others, each part in the inventory's order.
   - An unreachable host keeps its place.
+  - A host in O(settled) (the check found it converged and finished its line) is in no batch, so
+    the first batch, the canary, is always a host that changes.
 options:
   _input:
     description: The play's hosts, in the inventory's order (C(ansible_play_hosts_all)).
@@ -29,6 +31,12 @@ options:
     type: list
     elements: str
     required: true
+  settled:
+    description: The hosts left out of the batches (converged); a host also in O(left_drained) is not left out.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.4.0
 """
 
 EXAMPLES = r"""
@@ -49,9 +57,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import RolloutError, batch_order
 
 
-def _deploy_order(hosts, reachable, left_drained):
+def _deploy_order(hosts, reachable, left_drained, settled=None):
     try:
-        return batch_order(hosts, reachable, left_drained)
+        return batch_order(hosts, reachable, left_drained, settled or [])
     except RolloutError as exc:
         raise AnsibleFilterError(str(exc))
 

@@ -27,16 +27,19 @@ class RolloutError(ValueError):
     """A setting or a host the analysis cannot work with; the message names it."""
 
 
-def batch_order(hosts, reachable, left_drained):
+def batch_order(hosts, reachable, left_drained, settled=()):
     """The deploy's hosts in batch order: those an earlier run left drained (a marker on the host)
     first, then the others, each part in the inventory's order (hosts). Only a reachable host can
-    be finished first; an unreachable one keeps its place."""
+    be finished first; an unreachable one keeps its place. A settled host (found converged by the
+    check, its line finished there) is in no batch: the first batch, the canary, is always a host
+    that changes."""
     if not isinstance(hosts, (list, tuple)):
         raise RolloutError("hosts must be a list of host names, got %r" % (hosts,))
     reachable = set(reachable or [])
     drained = set(left_drained or [])
+    settled = set(settled or []) - drained
     first = [h for h in hosts if h in reachable and h in drained]
-    return first + [h for h in hosts if h not in first]
+    return first + [h for h in hosts if h not in first and h not in settled]
 
 
 def _analysable(records):

@@ -650,10 +650,28 @@ def stale_command(args):
     return 0
 
 
+def health_reasons(instances, timeout=3):
+    """One /health read of each recorded instance that has a URL of its own (a Ray node has
+    none): why each one that did not answer 200 is not healthy, as sentences."""
+    reasons = []
+    for inst in instances or []:
+        if not isinstance(inst, dict) or not inst.get("url"):
+            continue
+        try:
+            answer = make_fetcher(inst["url"], timeout, tls=cli_tls(inst.get("tls")))("/health")
+        except (ValueError, OSError) as exc:   # a URL that cannot be one, unreadable TLS files
+            reasons.append("%s cannot be read: %s" % (inst.get("name"), scrub("%s: %s" % (type(exc).__name__, exc))))
+            continue
+        if answer.status != 200:
+            reasons.append("%s does not answer /health (%s)" % (inst.get("name"), answer.error or answer.status))
+    return reasons
+
+
 def converged(state_path, fingerprint, record_path=None, marker_path=None):
-    """Whether the host holds what its last verified deploy left (module_utils/_converged.py) and
-    every recorded unit runs no older than its files; with the deployment record's current part
-    and the drain marker, so that the deploy reads the host in this one call.
+    """Whether the host holds what its last verified deploy left (module_utils/_converged.py),
+    every recorded unit runs no older than its files and each instance answers /health once;
+    with the deployment record's current part and the drain marker, so that the deploy reads
+    the host in this one call and leaves a converged one out of its batches.
     Returns {converged, reasons, record, drained}."""
     recorded = converged_load(state_path)
     reasons = converged_differences(recorded, fingerprint)
@@ -668,6 +686,8 @@ def converged(state_path, fingerprint, record_path=None, marker_path=None):
             elif row["stale"]:
                 reasons.append("%s runs older settings" % unit["unit"])
     record = converged_load(record_path or LAYOUT["record"]) or {}
+    if not reasons:
+        reasons = health_reasons((record.get("current") or {}).get("instances"))
     return {"converged": not reasons, "reasons": reasons, "record": record.get("current") or {}, "drained": drained}
 
 

@@ -26,11 +26,12 @@ from ansible_collections.kvfleet.vllm.tests.unit.plugins.test_playbook_includes 
 PLAYBOOKS = os.path.join(ROOT, "playbooks")
 # task files and role entry points that read world-readable files or only compute: no root
 NO_ROOT = {"record.yml", "serving_group_batch.yml", "serving_group_barrier.yml", "deploy_analyse.yml",
+           "report.yml", "step_start.yml",
            "kvfleet.vllm.server:instances", "kvfleet.vllm.hosttools:paths", "kvfleet.vllm.rollout:record"}
 ROLLOUT = os.path.join(ROOT, "roles", "rollout", "tasks")
 # the rollout role's entry points: the plays apply them without become, and each becomes root
 # where it needs to itself (checked below as a playbook's tasks are)
-ENTRY_POINTS = {"main.yml", "check.yml", "stage.yml", "batch.yml", "restart_check.yml", "restart_batch.yml"}
+ENTRY_POINTS = {"main.yml", "check.yml", "stage.yml", "batch.yml", "report.yml", "restart_check.yml", "restart_batch.yml"}
 # modules that do not reach a host (no become to speak of)
 LOCAL = ("set_fact", "assert", "debug", "include_tasks", "import_tasks", "include_role", "import_role", "meta", "fail")
 HOST_MODULES = ("systemd_service", "systemd", "command", "shell", "file", "copy", "template")

@@ -116,3 +116,44 @@ def test_a_program_without_the_command_exits_2_as_the_role_expects():
     assert exc.value.code == 2
     with open(os.path.join(os.path.dirname(hostprog.PATH), "..", "..", "server", "tasks", "converged.yml")) as f:
         assert "failed_when: _server_converged.rc not in [0, 2]" in f.read()
+
+
+@pytest.mark.parametrize("status, error, reason", [
+    (200, None, None),
+    (503, "Service Unavailable", "main does not answer /health (Service Unavailable)"),
+    (None, "ConnectionRefusedError: [Errno 111] Connection refused", "main does not answer /health (ConnectionRefusedError"),
+])
+def test_each_instance_answers_health_once_or_the_host_is_not_converged(host, monkeypatch, status, error, reason):
+    """A converged host is left out of the deploy's batches: its one /health read is this one.
+    The record's URL and TLS settings are the ones read."""
+    root, spec, _runs = host
+    (root / "record.fact").write_text(json.dumps({"current": {"instances": [
+        {"name": "main", "url": "https://127.0.0.1:8000", "tls": {"ca_file": "/etc/vllm/tls/ca.crt"}},
+        {"name": "ray-worker"}]}}))   # no URL of its own: nothing to read
+    asked = []
+
+    def fetcher(url, timeout, tls=None):
+        def fetch(path):
+            asked.append((url, path, tls["ca_file"], timeout))
+            return prog.Response(status, b"", error)
+        return fetch
+    monkeypatch.setattr(prog, "make_fetcher", fetcher)
+    state = root / "converged.json"
+    run(monkeypatch, state, FP, spec)
+    rc, out = run(monkeypatch, state, FP)
+    assert asked == [("https://127.0.0.1:8000", "/health", "/etc/vllm/tls/ca.crt", 3)]
+    if reason is None:
+        assert rc == 0 and out["converged"] is True and out["reasons"] == []
+    else:
+        assert rc == 0 and out["converged"] is False and out["reasons"][0].startswith(reason), out
+
+
+def test_health_is_not_read_when_the_files_already_say_no(host, monkeypatch):
+    root, spec, runs = host
+    monkeypatch.setattr(prog, "make_fetcher", lambda *a, **k: pytest.fail("read /health of a host already not converged"))
+    (root / "record.fact").write_text(json.dumps({"current": {"instances": [{"name": "main", "url": "http://127.0.0.1:8000"}]}}))
+    state = root / "converged.json"
+    run(monkeypatch, state, FP, spec)
+    runs["active"] = False
+    rc, out = run(monkeypatch, state, FP)
+    assert rc == 0 and out["reasons"] == ["vllm-main.service is not running"]

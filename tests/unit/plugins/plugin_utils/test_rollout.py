@@ -244,6 +244,20 @@ def test_batch_order_puts_hosts_left_drained_first_in_inventory_order():
     assert batch_order(hosts, hosts, ["elsewhere"]) == hosts
 
 
+def test_batch_order_leaves_settled_hosts_out_so_the_canary_changes():
+    """A host the check found converged is in no batch: with serial [1, '25%'] the first batch
+    (the canary) is the first host that changes, not a converged one that would fill it."""
+    from ansible_collections.kvfleet.vllm.plugins.filter.deploy_order import FilterModule
+    order = FilterModule().filters()["deploy_order"]
+    hosts = ["n1", "n2", "n3", "n4"]
+    assert order(hosts, hosts, [], settled=["n1", "n3"]) == ["n2", "n4"]
+    assert order(hosts, hosts, [], settled=hosts) == []
+    # a host left drained is never settled: the next deploy finishes it first
+    assert order(hosts, hosts, ["n3"], settled=["n1", "n3"]) == ["n3", "n2", "n4"]
+    # without the option: every host, as before
+    assert order(hosts, hosts, []) == hosts
+
+
 def test_batch_order_refuses_what_is_not_a_list():
     import pytest
     from ansible.errors import AnsibleFilterError
