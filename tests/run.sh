@@ -217,13 +217,15 @@ why_failed() {
   grep -a -E -A 6 '^(fatal|failed): |^ERROR! |^CRITICAL |^FAILED |^E {3}|^ERROR: |Error: ' "$1" |
     grep -a -v -E '^(FAILED - RETRYING|\.\.\.ignoring)' | cut -c1-1500 | tail -n 80 | tail -c 9000
 }
+# On standard error, as the verdict below is: a CI page that shows the end of standard error
+# apart from standard output still shows the cause.
 if [ "$fleet_rc" -ne 0 ] || [ "$other_rc" -ne 0 ]; then
   for l in fleet other; do
     if [ $l = fleet ]; then rc=$fleet_rc f=$fleet_log; else rc=$other_rc f=$other_log; fi
     [ "$rc" -ne 0 ] || continue
     printf '\n===== why the %s lane failed (its errors, the last last; the whole log is above) =====\n' "$l"
     why_failed "$f" || echo "(no error line found: see the lane's log above)"
-  done
+  done >&2
   echo "FAILED: the fleet lane (molecule fleet) rc=$fleet_rc, the other lane rc=$other_rc;" \
        "each lane stops at its first failing stage" >&2
   exit 1
