@@ -7,28 +7,32 @@
 Pure functions, standard library only (runs in modules and on hosts). ``analyse`` takes each
 side's targets with their snapshots (as ``_probe.sample`` returns them, oldest first, with the
 latency histograms) and returns the verdict, one sentence of reason with the numbers, and one
-entry per check. docs/canary-analysis.md explains the rules; in short:
+entry per check; ``decide`` turns a verdict into what a rollout does with the host.
+docs/canary-analysis.md explains the rules; in short:
 
-1. A critical cause of the diagnosis (``_diagnosis.diagnose``) on a canary target fails the
-   canary whatever its request count: a dead engine, a cache exhausted with preemptions,
-   request errors, a stall.
-2. A canary that finished fewer than ``min_requests`` is ``inconclusive``.
-3. Otherwise each metric of the window is compared, normalised per request (or per running
-   sequence), with the baseline targets pooled: their counter deltas added up and their
-   histogram deltas added bucket by bucket before the quantile is taken. A baseline target
-   that is itself unhealthy is left out of the pool; with no pool, or a pool that finished
-   fewer than ``min_requests``, the absolute limits apply instead.
-4. A check fails when the canary is worse than the baseline by more than the larger of a
-   relative and an absolute tolerance and, where each side has ``min_intervals`` per-interval
-   values, a one-sided Mann-Whitney U test (normal approximation with tie and continuity
-   corrections) finds the canary's values larger (smaller, for throughput) at level ``alpha``
-   divided by the number of checks (Bonferroni: ``alpha`` bounds the chance that identical
-   settings fail any check).
-   With fewer values the tolerance alone decides.
+1. A canary that restarted in the window (its process start time changed, its counters went
+   down, its engine set changed) or that could not be read for more than
+   ``max_unreadable_samples`` samples in a row fails; so does a critical cause of the diagnosis
+   (``_diagnosis.diagnose``): a dead engine, a cache exhausted with preemptions, request errors,
+   a stall.
+2. The baseline is matched (the same model and data-parallel layout as the canary; a baseline
+   target that is unhealthy, restarted or serves something else is left out) and judged per
+   host: each check's baseline value is the median of the hosts' own values, and a host whose
+   value lies more than ``outlier_rooms`` tolerances from the others is left out of that check
+   (two hosts that disagree that much decide only what both agree on). No host can sway it.
+3. ``traffic_share``: the canary's finished requests per second against the median baseline
+   server's; far below its share (a one-sided Poisson test), it fails: no traffic is never a
+   pass. A canary that holds requests but finishes few is judged on its queue.
+4. Each other metric of the window is compared, normalised per request (or per running
+   sequence); a check fails when the canary is worse than the baseline by more than the larger
+   of a relative and an absolute tolerance and a one-sided Mann-Whitney U test (exact for small
+   samples without ties) on per-interval values finds it worse, at ``alpha`` with Holm's
+   step-down correction over the checks. A check beyond its tolerance with fewer than
+   ``min_intervals`` values a side is ``inconclusive``, never failed by the tolerance alone.
+5. Fewer than ``min_requests`` canary requests and no failure: ``inconclusive``.
 
-Windows: each target's own first and last readable sample (after the last restart in the
-window, when its counters went down). Per-interval values: one per pair of consecutive readable
-samples of a target, such as that interval's TTFT quantile from its bucket deltas.
+Windows: each target's own readable samples from the end of the warm-up on (the baseline's
+after its last restart). Per-interval values: one per pair of consecutive readable samples.
 """
 
 from __future__ import annotations
@@ -39,19 +43,24 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import add
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (
     bucket_quantile, counts_between)
 
-__all__ = ["CHECKS", "DEFAULT_MIN_REQUESTS", "DEFAULT_THRESHOLDS", "VERDICTS", "analyse",
-           "check_thresholds", "mann_whitney_u", "side_window", "target_window"]
+__all__ = ["CHECKS", "DEFAULT_MIN_REQUESTS", "DEFAULT_THRESHOLDS", "INCONCLUSIVE_POLICIES", "VERDICTS",
+           "analyse", "check_thresholds", "decide", "holm", "mann_whitney_u", "poisson_cdf", "side_window",
+           "target_window"]
 
 VERDICTS = ("pass", "fail", "inconclusive")
+INCONCLUSIVE_POLICIES = ("fail_canary", "fail", "pass")
 DEFAULT_MIN_REQUESTS = 20
 
 # check -> (family of its tolerances, what it reads, quantile or None, worse when "higher"/"lower",
 #           unit for the reason)
 CHECKS = (
     ("error_ratio", "error_ratio", "error_ratio", None, "higher", ""),
+    ("http_5xx_ratio", "http_5xx_ratio", "http_5xx_ratio", None, "higher", ""),
+    ("abort_ratio", "abort_ratio", "abort_ratio", None, "higher", ""),
     ("preemptions_per_request", "preemptions_per_request", "preemptions_per_request", None,
      "higher", ""),
     ("kv_usage", "kv_usage", "kv_usage", None, "higher", ""),
+    ("requests_waiting", "requests_waiting", "requests_waiting", None, "higher", ""),
     ("queue_time_p50", "queue_time", "queue", 0.5, "higher", " s"),
     ("queue_time_p95", "queue_time", "queue", 0.95, "higher", " s"),
     ("ttft_p50", "ttft", "ttft", 0.5, "higher", " s"),
@@ -62,28 +71,50 @@ CHECKS = (
     ("e2e_p95", "e2e", "e2e", 0.95, "higher", " s"),
     ("gen_tokens_per_seq", "gen_tokens_per_seq", "gen_tokens_per_seq", None, "lower", " tokens/s"),
 )
-FAMILIES = ("error_ratio", "preemptions_per_request", "kv_usage", "queue_time", "ttft", "itl", "e2e",
-            "gen_tokens_per_seq")
+FAMILIES = ("error_ratio", "http_5xx_ratio", "abort_ratio", "preemptions_per_request", "kv_usage",
+            "requests_waiting", "queue_time", "ttft", "itl", "e2e", "gen_tokens_per_seq")
 _HISTOGRAMS = ("queue", "ttft", "itl", "e2e")
+# the checks a canary that finished too few requests is still judged on: they need no finished
+# request (what it holds, and how much of the cache each running sequence takes)
+_WITHOUT_REQUESTS = ("requests_waiting", "kv_usage")
+# the thresholds that are whole numbers: name -> (lowest, highest)
+_WHOLE = {"min_intervals": (2, 10000), "max_unreadable_samples": (0, 1000), "early_intervals": (1, 1000)}
 
 # The one copy of the defaults (the module's documentation states them; a unit test compares).
 DEFAULT_THRESHOLDS = {
-    # the statistical test: its level, and the fewest per-interval values on each side for it
+    # the statistical test: its level over all the checks (Holm), and the fewest per-interval
+    # values on each side for it (fewer, beyond the tolerance: inconclusive)
     "alpha": 0.05,
     "min_intervals": 5,
     # tolerances against the baseline: the canary may be worse by the larger of the two
     "error_ratio_relative": 0.5, "error_ratio_absolute": 0.01,
+    "http_5xx_ratio_relative": 0.5, "http_5xx_ratio_absolute": 0.01,
+    "abort_ratio_relative": 0.5, "abort_ratio_absolute": 0.05,
     "preemptions_per_request_relative": 0.5, "preemptions_per_request_absolute": 0.05,
     "kv_usage_relative": 0.5, "kv_usage_absolute": 0.02,
+    "requests_waiting_relative": 0.5, "requests_waiting_absolute": 2.0,
     "queue_time_relative": 0.5, "queue_time_absolute": 0.05,
     "ttft_relative": 0.5, "ttft_absolute": 0.05,
     "itl_relative": 0.5, "itl_absolute": 0.01,
     "e2e_relative": 0.5, "e2e_absolute": 0.5,
     "gen_tokens_per_seq_relative": 0.5, "gen_tokens_per_seq_absolute": 1.0,
-    # absolute limits, used without a (healthy, busy enough) baseline; None: not checked then
+    # the canary's finished requests per second per server, as a share of the median baseline
+    # server's, below which (significantly) it fails: it gets too little of the traffic
+    "traffic_share_min": 0.3,
+    # consecutive unreadable samples of a canary server beyond which it fails (a restart, an outage)
+    "max_unreadable_samples": 2,
+    # a baseline host whose value lies beyond this many tolerances from the others' is left out
+    # of that check (two hosts: the check decides only what both agree on)
+    "outlier_rooms": 2.0,
+    # consecutive evaluations, one per canary sample, that must fail before the window ends early
+    "early_intervals": 2,
+    # absolute limits, used without a (healthy, busy enough, matching) baseline; None: not checked then
     "error_ratio_max": 0.01,
+    "http_5xx_ratio_max": 0.01,
+    "abort_ratio_max": None,
     "preemptions_per_request_max": 0.1,
     "kv_usage_max": None,
+    "requests_waiting_max": None,
     "queue_time_p50_max": None, "queue_time_p95_max": 1.0,
     "ttft_p50_max": None, "ttft_p95_max": 2.0,
     "itl_p50_max": None, "itl_p95_max": 0.2,
@@ -92,8 +123,11 @@ DEFAULT_THRESHOLDS = {
 }
 # the counters a restart sets back to 0 (a drop between two samples starts a new window)
 _COUNTERS = ("requests_finished_total", "generation_tokens_total", "prompt_tokens_total",
-             "preemptions_total", "request_errors_total")
+             "preemptions_total", "request_errors_total", "request_aborts_total",
+             "http_requests_total", "http_5xx_total")
 _DIGITS = 6
+# the largest pair of samples (n1 + n2) whose Mann-Whitney p-value is exact, without ties
+_EXACT_MAX = 60
 
 
 def _is_number(value):
@@ -119,13 +153,18 @@ def check_thresholds(thresholds):
         if key not in DEFAULT_THRESHOLDS:
             return "thresholds.%s is not a threshold; the thresholds are: %s" % (
                 key, ", ".join(sorted(DEFAULT_THRESHOLDS)))
-        if key == "min_intervals":
-            if not isinstance(value, int) or isinstance(value, bool) or not 2 <= value <= 10000:
-                return "thresholds.min_intervals must be a whole number from 2 to 10000, got %r" % (value,)
+        if key in _WHOLE:
+            low, high = _WHOLE[key]
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                return "thresholds.%s must be a whole number from %d to %d, got %r" % (key, low, high, value)
             continue
         if key == "alpha":
             if not _is_number(value) or not 0 < value < 1:
                 return "thresholds.alpha must be a number between 0 and 1, got %r" % (value,)
+            continue
+        if key == "traffic_share_min":
+            if not _is_number(value) or not 0 <= value <= 1:
+                return "thresholds.traffic_share_min must be a number from 0 to 1, got %r" % (value,)
             continue
         if value is None and (key.endswith("_max") or key.endswith("_min")):
             continue  # that absolute limit is not checked
@@ -135,14 +174,36 @@ def check_thresholds(thresholds):
     return None
 
 
-# --- the Mann-Whitney U test ---------------------------------------------------------------------
+# --- the statistics ------------------------------------------------------------------------------
 
-def mann_whitney_u(x, y, alternative="greater"):
+def _u_counts(n1, n2):
+    """How many of the C(n1 + n2, n1) orderings give each U of the first sample, 0..n1*n2: the
+    coefficients of the Gaussian binomial [n1 + n2 choose n1] in q (Mann and Whitney, 1947)."""
+    # table[k] holds the coefficients of [m choose k] for the current m
+    table = [[1]] + [[0] for unused in range(n1)]
+    for m in range(1, n1 + n2 + 1):
+        for k in range(min(m, n1), 0, -1):
+            # [m, k] = [m-1, k-1] + q^k [m-1, k]
+            lower, same = table[k - 1], table[k]
+            width = max(len(lower), len(same) + k)
+            out = [0] * width
+            for u, c in enumerate(lower):
+                out[u] += c
+            for u, c in enumerate(same):
+                out[u + k] += c
+            table[k] = out
+    return table[n1]
+
+
+def mann_whitney_u(x, y, alternative="greater", method="auto"):
     """One-sided Mann-Whitney U test of `x` against `y`: (U of x, z, p).
 
-    alternative "greater": x tends to be larger than y; "less": smaller. Normal approximation
-    with the tie correction of the variance and a continuity correction of 0.5 toward the null
-    (as scipy.stats.mannwhitneyu(method="asymptotic", use_continuity=True)). All values equal:
+    alternative "greater": x tends to be larger than y; "less": smaller. method "exact": the
+    exact distribution of U (no ties allowed); "asymptotic": the normal approximation with the
+    tie correction of the variance and a continuity correction of 0.5 toward the null (as
+    scipy.stats.mannwhitneyu(method="asymptotic", use_continuity=True)); "auto": exact when there
+    are no ties and at most 60 values in all, else asymptotic. With 5 values a side the smallest
+    exact p is 1/252 (0.004), which the normal approximation puts at 0.006. All values equal:
     z 0.0 and p 1.0 (nothing tells them apart).
     """
     n1, n2 = len(x), len(y)
@@ -167,7 +228,47 @@ def mann_whitney_u(x, y, alternative="greater"):
         return u, 0.0, 1.0
     shift = u - mean if alternative == "greater" else mean - u
     z = (shift - 0.5) / math.sqrt(variance)
+    if method == "exact" or (method == "auto" and not ties and n <= _EXACT_MAX):
+        if ties:
+            raise ValueError("the exact test needs values without ties")
+        counts = _u_counts(n1, n2)
+        total = float(sum(counts))
+        whole = int(round(u))
+        tail = counts[whole:] if alternative == "greater" else counts[:whole + 1]
+        return u, z, min(1.0, sum(tail) / total)
     return u, z, 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def poisson_cdf(k, mean):
+    """P(X <= k) for X Poisson with that mean (k a whole number 0 or more)."""
+    if mean <= 0:
+        return 1.0
+    term = math.exp(-mean)
+    if term == 0.0:   # underflow: sum in logarithms
+        logs = [-mean + j * math.log(mean) - math.lgamma(j + 1) for j in range(int(k) + 1)]
+        top = max(logs)
+        return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
+    total = term
+    for j in range(1, int(k) + 1):
+        term *= mean / j
+        total += term
+    return min(1.0, total)
+
+
+def holm(p_values, alpha):
+    """Holm's step-down correction: for each p-value (None: not tested), whether it is rejected
+    at family level alpha, and the level it was held to. The smallest is held to alpha / m, the
+    next to alpha / (m - 1), ...; the first not rejected stops the rest. m counts every entry,
+    tested or not, so that adding a check never makes another easier to fail."""
+    m = len(p_values)
+    order = sorted((p, k) for k, p in enumerate(p_values) if p is not None)
+    out = [(False, None)] * m
+    going = True
+    for rank, (p, k) in enumerate(order):
+        level = alpha / (m - rank)
+        going = going and p < level
+        out[k] = (going, level)
+    return out
 
 
 # --- one target's window -------------------------------------------------------------------------
@@ -177,14 +278,40 @@ def _readable(samples):
             and _is_number(s.get("time"))]
 
 
+def _engine_set(snap):
+    return tuple(sorted(snap.get("engines") or {})) or ("0",)
+
+
+def _restart_between(a, b):
+    """Why reading b is from another process than reading a, or None."""
+    sa, sb = a.get("process_start_time"), b.get("process_start_time")
+    if _is_number(sa) and _is_number(sb) and abs(sb - sa) > 1:
+        return "process_start_time_seconds changed from %.0f to %.0f" % (sa, sb)
+    down = [f for f in _COUNTERS if _is_number(a.get(f)) and _is_number(b.get(f)) and b[f] < a[f]]
+    if down:
+        return "its counters went down (%s)" % ", ".join(down)
+    if _engine_set(a) != _engine_set(b):
+        return "its engine set changed from %s to %s" % (",".join(_engine_set(a)), ",".join(_engine_set(b)))
+    return None
+
+
 def _since_restart(readable):
-    """The trailing run of readings after the last one whose counters went down (a restart)."""
-    start = 0
+    """The trailing run of readings after the last restart, and the last restart's reason."""
+    start, why = 0, None
     for k in range(1, len(readable)):
-        a, b = readable[k - 1], readable[k]
-        if any(_is_number(a.get(f)) and _is_number(b.get(f)) and b[f] < a[f] for f in _COUNTERS):
-            start = k
-    return readable[start:]
+        reason = _restart_between(readable[k - 1], readable[k])
+        if reason:
+            start, why = k, reason
+    return readable[start:], why
+
+
+def _unreadable_run(samples):
+    """The most consecutive unreadable samples."""
+    most = run = 0
+    for s in samples:
+        run = run + 1 if not isinstance(s, dict) or s.get("error") else 0
+        most = max(most, run)
+    return most
 
 
 def _delta(first, last, field):
@@ -201,34 +328,54 @@ def _quantile(counts, q):
     return bucket_quantile(q, bounds, values)
 
 
-def target_window(samples):
-    """One target's window: its counter deltas, histogram deltas and per-interval values.
+def _after(samples, start):
+    """The samples from the end of the warm-up on (all of them when start is None)."""
+    if start is None:
+        return list(samples or [])
+    return [s for s in samples or [] if isinstance(s, dict) and _is_number(s.get("time")) and s["time"] >= start]
 
-    {"usable": bool, "why": why not, "seconds", "samples", "restarted",
-     "finished", "errors", "preemptions", "generation_tokens", "seq_seconds" (sum over the
-     intervals of their length x their mean running sequences), "kv_per_seq" (per sample),
+
+def target_window(samples, start=None):
+    """One target's window, from `start` (the end of the warm-up, a time) on: its counter
+    deltas, histogram deltas and per-interval values.
+
+    {"usable": bool, "why": why not, "seconds", "samples", "restarted" (why its last restart in
+     the window, or None), "unreadable" (most unreadable samples in a row), "models", "engines",
+     "finished", "errors", "aborts", "http", "http_5xx", "preemptions", "generation_tokens",
+     "seq_seconds" (sum over the intervals of their length x their mean running sequences),
+     "kv_per_seq" and "waiting" (per sample), "in_flight" (running + waiting at the last
+     reading), "held" (most running + waiting at any reading),
      "histograms": {metric: (bounds, counts) or (None, reason)},
      "intervals": {metric key: [per-interval values]}}.
     """
-    readable = _readable(samples)
-    run = _since_restart(readable)
+    window = _after(samples, start)
+    readable = _readable(window)
+    run, restarted = _since_restart(readable)
     out = {"usable": False, "why": None, "samples": len(run), "seconds": 0.0,
-           "restarted": len(run) < len(readable), "finished": 0, "errors": 0, "preemptions": 0,
+           "restarted": restarted, "unreadable": _unreadable_run(window),
+           "models": sorted(set(s.get("model") for s in readable if s.get("model"))),
+           "engines": sorted(set(len(_engine_set(s)) for s in readable)),
+           "finished": 0, "errors": 0, "aborts": 0, "http": None, "http_5xx": None, "preemptions": 0,
            "generation_tokens": 0, "gen_tokens_counted": 0, "seq_seconds": 0.0,
-           "kv_per_seq": [], "histograms": {}, "intervals": dict((c[0], []) for c in CHECKS),
-           "in_flight": 0}
+           "kv_per_seq": [], "waiting": [], "histograms": {}, "intervals": dict((c[0], []) for c in CHECKS),
+           "in_flight": 0, "held": 0}
+    for snap in run:
+        held = sum(snap.get(f) for f in ("requests_running", "requests_waiting") if _is_number(snap.get(f)))
+        out["held"] = max(out["held"], held)
+        usage, running = snap.get("kv_cache_usage"), snap.get("requests_running")
+        if _is_number(usage) and _is_number(running) and running >= 1:
+            out["kv_per_seq"].append(usage / running)
+        if _is_number(snap.get("requests_waiting")):
+            out["waiting"].append(snap["requests_waiting"])
     if run:
         # requests the server holds at its last reading: a slow server has them, an idle one not
         out["in_flight"] = sum(run[-1].get(f) for f in ("requests_running", "requests_waiting")
                                if _is_number(run[-1].get(f)))
-    for snap in run:
-        usage, running = snap.get("kv_cache_usage"), snap.get("requests_running")
-        if _is_number(usage) and _is_number(running) and running >= 1:
-            out["kv_per_seq"].append(usage / running)
     out["intervals"]["kv_usage"] = list(out["kv_per_seq"])
+    out["intervals"]["requests_waiting"] = list(out["waiting"])
     if len(run) < 2:
         out["why"] = ("no readable sample" if not readable else
-                      "one readable sample%s: no window" % (" after its restart" if out["restarted"] else ""))
+                      "one readable sample%s: no window" % (" after its restart" if restarted else ""))
         return out
     first, last = run[0], run[-1]
     out["seconds"] = round(last["time"] - first["time"], 3)
@@ -238,6 +385,9 @@ def target_window(samples):
         return out
     out.update(usable=True, finished=finished,
                errors=_delta(first, last, "request_errors_total") or 0,
+               aborts=_delta(first, last, "request_aborts_total") or 0,
+               http=_delta(first, last, "http_requests_total"),
+               http_5xx=_delta(first, last, "http_5xx_total"),
                preemptions=_delta(first, last, "preemptions_total") or 0,
                generation_tokens=_delta(first, last, "generation_tokens_total") or 0)
     for metric in _HISTOGRAMS:
@@ -255,7 +405,11 @@ def _interval(out, a, b):
     iv = out["intervals"]
     if done:
         iv["error_ratio"].append((_delta(a, b, "request_errors_total") or 0) / float(done))
+        iv["abort_ratio"].append((_delta(a, b, "request_aborts_total") or 0) / float(done))
         iv["preemptions_per_request"].append((_delta(a, b, "preemptions_total") or 0) / float(done))
+    answered = _delta(a, b, "http_requests_total")
+    if answered:
+        iv["http_5xx_ratio"].append((_delta(a, b, "http_5xx_total") or 0) / float(answered))
     running = [r for r in (a.get("requests_running"), b.get("requests_running")) if _is_number(r)]
     gen = _delta(a, b, "generation_tokens_total")
     if dt > 0 and len(running) == 2 and sum(running) > 0 and gen is not None:
@@ -291,19 +445,34 @@ def side_window(windows):
     out = {"targets": len(usable), "finished": sum(w["finished"] for w in usable),
            "values": {}, "intervals": {}, "why": {}}
     finished = out["finished"]
-    errors = sum(w["errors"] for w in usable)
-    preempted = sum(w["preemptions"] for w in usable)
+    counted = {"error_ratio": sum(w["errors"] for w in usable),
+               "abort_ratio": sum(w["aborts"] for w in usable),
+               "preemptions_per_request": sum(w["preemptions"] for w in usable)}
+    answered = [w for w in usable if w["http"] is not None and w["http_5xx"] is not None]
     seq_seconds = sum(w["seq_seconds"] for w in usable)
     kv = [v for w in usable for v in w["kv_per_seq"]]
+    waiting = [v for w in usable for v in w["waiting"]]
     hists = dict((m, _pool_histograms([w["histograms"].get(m, (None, "not exposed"))
                                        for w in usable])) for m in _HISTOGRAMS)
     for check, unused, metric, q, unused2, unused3 in CHECKS:
         value, why = None, None
-        if check in ("error_ratio", "preemptions_per_request"):
+        if check in counted:
             if finished:
-                value = (errors if check == "error_ratio" else preempted) / float(finished)
+                value = counted[check] / float(finished)
             else:
                 why = "no request finished"
+        elif check == "http_5xx_ratio":
+            total = sum(w["http"] for w in answered)
+            if total:
+                value = sum(w["http_5xx"] for w in answered) / float(total)
+            else:
+                why = ("no answer of an inference handler counted (http_requests_total)" if answered
+                       else "http_requests_total is not exposed")
+        elif check == "requests_waiting":
+            if waiting:
+                value = sum(waiting) / float(len(waiting))
+            else:
+                why = "no reading of requests waiting"
         elif check == "kv_usage":
             if kv:
                 value = sum(kv) / len(kv)
@@ -340,11 +509,19 @@ def _fmt(value, unit=""):
     return "%.3g%s" % (value, unit)
 
 
+def _check_spec(check):
+    return [c for c in CHECKS if c[0] == check][0]
+
+
 def _brief(check):
-    """A failed check in a few words, for the reason: 'ttft_p95 3 s > 0.488 s (baseline 0.325 s,
-    p=6e-05)'."""
-    unit = [c[5] for c in CHECKS if c[0] == check["metric"]][0]
-    sign = ">" if [c[4] for c in CHECKS if c[0] == check["metric"]][0] == "higher" else "<"
+    """A failed or undecided check in a few words, for the reason: 'ttft_p95 3 s > 0.488 s
+    (baseline 0.325 s, p=6e-05)'."""
+    if check["metric"] == "traffic_share":
+        return "traffic_share %s requests/s per server < %s (baseline median %s%s)" % (
+            _fmt(check["canary"]), _fmt(check["limit"]), _fmt(check["baseline"]),
+            ", p=%.2g" % check["p_value"] if check["p_value"] is not None else "")
+    unit, direction = _check_spec(check["metric"])[5], _check_spec(check["metric"])[4]
+    sign = ">" if direction == "higher" else "<"
     extra = []
     if check["baseline"] is not None:
         extra.append("baseline %s" % _fmt(check["baseline"], unit))
@@ -352,56 +529,132 @@ def _brief(check):
         extra.append("absolute limit")
     if check["p_value"] is not None:
         extra.append("p=%.2g" % check["p_value"])
+    if check["result"] == "inconclusive":
+        extra.append(check["why"])
     return "%s %s %s %s (%s)" % (check["metric"], _fmt(check["canary"], unit), sign,
                                  _fmt(check["limit"], unit), ", ".join(extra))
 
 
-def _compare(check, family, direction, unit, canary, baseline, th):
-    """One check of the canary against the pooled baseline."""
-    c, b = canary["values"][check], baseline["values"][check]
-    entry = {"metric": check, "canary": c, "baseline": b, "limit": None, "result": "skipped",
-             "why": None, "test": None, "p_value": None}
-    if c is None or b is None:
-        entry["why"] = "no value for the %s: %s" % (
-            "canary" if c is None else "baseline",
-            canary["why"][check] if c is None else baseline["why"][check])
+def _room(family, base, th):
+    return max(th[family + "_relative"] * abs(base), th[family + "_absolute"])
+
+
+def _limit(base, room, direction):
+    return base + room if direction == "higher" else base - room
+
+
+def _worse(value, limit, direction):
+    return value > limit if direction == "higher" else value < limit
+
+
+def _median(values):
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2.0
+
+
+def _robust(check, family, direction, hosts, th):
+    """The baseline of one check from its hosts' own windows (hosts: [(host, side_window)]):
+    {"value", "intervals", "used" (hosts), "left_out" ([(host, value)]), "split" (two hosts that
+    disagree: [(host, value, intervals)], the stricter first) or None, "why" (no value)}."""
+    have = [(h, w["values"][check], w["intervals"][check]) for h, w in hosts
+            if w["values"][check] is not None]
+    out = {"value": None, "intervals": [], "used": [], "left_out": [], "split": None, "why": None}
+    if not have:
+        reasons = [w["why"][check] for unused, w in hosts if w["why"].get(check)]
+        out["why"] = reasons[0] if reasons else "no baseline host"
+        return out
+    if len(have) == 2:
+        (h1, v1, i1), (h2, v2, i2) = have
+        if abs(v1 - v2) > th["outlier_rooms"] * _room(family, min(v1, v2, key=abs), th):
+            strict = sorted(have, key=lambda x: x[1], reverse=direction == "lower")
+            out["split"] = strict
+            out["used"] = [h1, h2]
+            return out
+        out.update(value=(v1 + v2) / 2.0, intervals=i1 + i2, used=[h1, h2])
+        return out
+    center = _median([v for unused, v, unused2 in have])
+    reach = th["outlier_rooms"] * _room(family, center, th)
+    kept = [x for x in have if abs(x[1] - center) <= reach]
+    out["left_out"] = [(h, v) for h, v, unused in have if abs(v - center) > reach]
+    out.update(value=center, intervals=[v for unused, unused2, iv in kept for v in iv],
+               used=[h for h, unused, unused2 in kept])
+    return out
+
+
+def _entry(check, canary_value, baseline_value):
+    return {"metric": check, "canary": canary_value, "baseline": baseline_value, "limit": None,
+            "result": "skipped", "why": None, "test": None, "p_value": None, "effect": None,
+            "level": None}
+
+
+def _effect(c, b, u=None, n=None):
+    """How much worse: the difference, the ratio and, with a test, the probability that a
+    canary interval is worse than a baseline one (U / (n1 n2), 0.5 when alike)."""
+    out = {"difference": round(c - b, _DIGITS), "ratio": round(c / b, 4) if b else None}
+    if u is not None and n:
+        out["probability"] = round(u / float(n), 4)
+    return out
+
+
+def _test(entry, cv, bv, direction, th):
+    """Beyond the tolerance: the test on per-interval values, or inconclusive with too few."""
+    if len(cv) >= th["min_intervals"] and len(bv) >= th["min_intervals"]:
+        alternative = "greater" if direction == "higher" else "less"
+        u, unused, p = mann_whitney_u(cv, bv, alternative)
+        if direction == "lower":
+            u = len(cv) * len(bv) - u
+        entry.update(test="mann_whitney_u", p_value=float("%.4g" % p), result="candidate",
+                     n=(len(cv), len(bv)))
+        entry["effect"]["probability"] = round(u / float(len(cv) * len(bv)), 4)
         return entry
-    room = max(th[family + "_relative"] * abs(b), th[family + "_absolute"])
-    limit = b + room if direction == "higher" else b - room
+    entry.update(result="inconclusive", why=(
+        "beyond the tolerance, but too few interval values for the test (%d and %d, "
+        "min_intervals %d)" % (len(cv), len(bv), th["min_intervals"])))
+    return entry
+
+
+def _compare(check, family, direction, unit, canary, hosts, th):
+    """One check of the canary against the baseline's hosts (robust to one of them)."""
+    c = canary["values"][check]
+    base = _robust(check, family, direction, hosts, th)
+    entry = _entry(check, c, base["value"])
+    entry["baseline_hosts"] = base["used"]
+    if base["left_out"]:
+        entry["left_out"] = [{"host": h, "value": round(v, _DIGITS)} for h, v in base["left_out"]]
+    if c is None or (base["value"] is None and base["split"] is None):
+        entry["why"] = "no value for the %s: %s" % (
+            "canary" if c is None else "baseline", canary["why"][check] if c is None else base["why"])
+        return entry
+    cv = canary["intervals"][check]
+    if base["split"] is not None:
+        (hs, vs, unused), (hl, vl, il) = base["split"]
+        strict = _limit(vs, _room(family, vs, th), direction)
+        lenient = _limit(vl, _room(family, vl, th), direction)
+        entry.update(baseline=round(vs, _DIGITS), limit=round(strict, _DIGITS))
+        disagree = "the baseline's two hosts disagree (%s %s, %s %s)" % (hs, _fmt(vs, unit), hl, _fmt(vl, unit))
+        if not _worse(c, strict, direction):
+            entry.update(result="pass", why="%s, within the limit %s of either baseline host; %s" % (
+                _fmt(c, unit), _fmt(strict, unit), disagree))
+            return entry
+        if not _worse(c, lenient, direction):
+            entry.update(result="inconclusive", why=(
+                "%s, beyond the limit of one baseline host (%s) and within the other's (%s): %s" % (
+                    _fmt(c, unit), _fmt(strict, unit), _fmt(lenient, unit), disagree)))
+            return entry
+        entry.update(baseline=round(vl, _DIGITS), limit=round(lenient, _DIGITS), effect=_effect(c, vl))
+        entry["why_base"] = "beyond the limit of both baseline hosts; %s" % disagree
+        return _test(entry, cv, il, direction, th)
+    b = base["value"]
+    entry["baseline"] = round(b, _DIGITS)
+    limit = _limit(b, _room(family, b, th), direction)
     entry["limit"] = round(limit, _DIGITS)
-    worse = c > limit if direction == "higher" else c < limit
-    cv, bv = canary["intervals"][check], baseline["intervals"][check]
-    side = "above" if direction == "higher" else "below"
-    if not worse:
+    if not _worse(c, limit, direction):
         entry.update(result="pass", why="%s, within the limit %s (baseline %s)" % (
             _fmt(c, unit), _fmt(limit, unit), _fmt(b, unit)))
         return entry
-    if len(cv) >= th["min_intervals"] and len(bv) >= th["min_intervals"]:
-        unused, z, p = mann_whitney_u(cv, bv, "greater" if direction == "higher" else "less")
-        entry.update(test="mann_whitney_u", p_value=float("%.4g" % p))
-        # Bonferroni: alpha is the whole analysis's chance of failing identical settings, shared
-        # by its checks (each at alpha / checks); at 0.05 a check each, a dozen checks failed
-        # about one analysis in three of identical servers (benchmarks/RESULTS.md, canary)
-        alpha = th["alpha"] / len(CHECKS)
-        if p < alpha:
-            entry.update(result="fail", why=(
-                "%s, %s the limit %s (baseline %s); Mann-Whitney U over %d and %d interval values: "
-                "p=%.2g < %.2g (alpha %g over %d checks)" % (
-                    _fmt(c, unit), side, _fmt(limit, unit), _fmt(b, unit), len(cv), len(bv), p, alpha,
-                    th["alpha"], len(CHECKS))))
-        else:
-            entry.update(result="pass", why=(
-                "%s, %s the limit %s (baseline %s), but not significant: Mann-Whitney U over %d "
-                "and %d interval values p=%.2g >= %.2g (alpha %g over %d checks)" % (
-                    _fmt(c, unit), side, _fmt(limit, unit), _fmt(b, unit), len(cv), len(bv), p,
-                    alpha, th["alpha"], len(CHECKS))))
-        return entry
-    entry.update(result="fail", why=(
-        "%s, %s the limit %s (baseline %s); too few interval values for the test (%d and %d, "
-        "min_intervals %d): the tolerance decides" % (
-            _fmt(c, unit), side, _fmt(limit, unit), _fmt(b, unit), len(cv), len(bv),
-            th["min_intervals"])))
-    return entry
+    entry["effect"] = _effect(c, b)
+    return _test(entry, cv, base["intervals"], direction, th)
 
 
 def _absolute(check, direction, unit, canary, th, without):
@@ -409,19 +662,95 @@ def _absolute(check, direction, unit, canary, th, without):
     c = canary["values"][check]
     key = absolute_key(check)
     limit = th[key]
-    entry = {"metric": check, "canary": c, "baseline": None, "limit": limit, "result": "skipped",
-             "why": None, "test": None, "p_value": None}
+    entry = _entry(check, c, None)
+    entry["limit"] = limit
     if limit is None:
         entry["why"] = "%s, and no absolute limit (thresholds.%s)" % (without, key)
     elif c is None:
         entry["why"] = "no value for the canary: %s" % canary["why"][check]
-    elif (c > limit) if direction == "higher" else (c < limit):
+    elif _worse(c, limit, direction):
         entry.update(result="fail", why="%s, %s the absolute limit %s (%s)" % (
             _fmt(c, unit), "above" if direction == "higher" else "below", _fmt(limit, unit), without))
     else:
         entry.update(result="pass", why="%s, within the absolute limit %s (%s)" % (
             _fmt(c, unit), _fmt(limit, unit), without))
     return entry
+
+
+def _rate(windows):
+    seconds = sum(w["seconds"] for w in windows)
+    return (sum(w["finished"] for w in windows) / seconds) if seconds > 0 else None
+
+
+def _traffic(canary_windows, hosts, min_requests, th):
+    """traffic_share: the canary's finished requests per second per server against the median
+    baseline host's per server. Its p-value: the chance of finishing this few or fewer if the
+    canary got traffic_share_min of the median share (one-sided Poisson)."""
+    usable = [w for w in canary_windows if w["usable"]]
+    mine = _rate(usable)
+    rates = [r for r in (_rate([w for w in ws if w["usable"]]) for unused, ws in hosts) if r is not None]
+    entry = _entry("traffic_share", None if mine is None else round(mine, _DIGITS), None)
+    held = max([w["held"] for w in canary_windows] or [0])
+    if mine is None or not rates:
+        entry["why"] = "no %s window to compare" % ("canary" if mine is None else "baseline")
+        return entry
+    median = _median(rates)
+    if len(rates) == 2 and min(rates) < th["traffic_share_min"] * max(rates):
+        # two hosts whose own shares disagree more than the canary's may: the lower one decides,
+        # so that a host that reports a flood cannot fail a canary for missing it
+        median = min(rates)
+    seconds = sum(w["seconds"] for w in usable)
+    expected = median * seconds
+    finished = sum(w["finished"] for w in usable)
+    entry.update(baseline=round(median, _DIGITS), limit=round(th["traffic_share_min"] * median, _DIGITS))
+    if expected < min_requests:
+        entry["why"] = ("the median baseline server finished %.3g requests/s: %.1f expected of the canary "
+                        "in its window, fewer than min_requests %d" % (median, expected, min_requests))
+        return entry
+    floor = th["traffic_share_min"] * expected
+    share = finished / expected if expected else 0.0
+    if finished >= floor:
+        entry.update(result="pass", why="%d requests finished, %.0f%% of the median baseline server's "
+                     "%.1f in the same time (at least %.0f%%)" % (finished, 100 * share, expected,
+                                                                    100 * th["traffic_share_min"]))
+        return entry
+    hint = ("it held up to %d request(s) at once, so it is slow to finish them" % held if held else
+            "it held no request: not back in the load balancer?")
+    entry.update(result="candidate", test="poisson", p_value=float("%.4g" % poisson_cdf(finished, floor)),
+                 effect=_effect(mine, median), held=held,
+                 why_base="%d requests finished, %.0f%% of the median baseline server's %.1f in the same "
+                          "time (below %.0f%%): %s" % (finished, 100 * share, expected,
+                                                      100 * th["traffic_share_min"], hint))
+    return entry
+
+
+def _settle(checks, th):
+    """Holm over every check's p-value: a candidate fails when its p-value is rejected, and passes
+    as not significant otherwise."""
+    results = holm([c["p_value"] if c["result"] == "candidate" else None for c in checks], th["alpha"])
+    for c, (rejected, level) in zip(checks, results):
+        if c["result"] != "candidate":
+            continue
+        c["level"] = None if level is None else float("%.4g" % level)
+        base = c.pop("why_base", None) or "%s, beyond the limit %s (baseline %s)" % (
+            _fmt(c["canary"], _unit(c)), _fmt(c["limit"], _unit(c)), _fmt(c["baseline"], _unit(c)))
+        n = c.pop("n", None)
+        test = ("Mann-Whitney U over %d and %d interval values" % n if n else "Poisson")
+        if rejected:
+            c.update(result="fail", why="%s; %s: p=%.2g < %.2g (Holm, alpha %g over %d checks)" % (
+                base, test, c["p_value"], level, th["alpha"], len(checks)))
+        else:
+            c.update(result="pass", why="%s, but not significant: %s p=%.2g >= %.2g (Holm, alpha %g "
+                     "over %d checks)" % (base, test, c["p_value"], level, th["alpha"], len(checks)))
+        c.pop("held", None)
+    for c in checks:
+        c.pop("why_base", None)
+        c.pop("n", None)
+    return checks
+
+
+def _unit(check):
+    return "" if check["metric"] == "traffic_share" else _check_spec(check["metric"])[5]
 
 
 _CAUSE_NUMBERS = {
@@ -448,10 +777,10 @@ def _cause_text(cause):
     return "%s (%s%s)" % (cause["id"], cause["severity"], (": " + " ".join(parts)) if parts else "")
 
 
-def _diagnosis(target):
+def _diagnosis(target, start=None):
     if target.get("diagnosis") is not None:
         return target["diagnosis"]
-    snaps = [dict(s) for s in target.get("samples") or [] if isinstance(s, dict)]
+    snaps = [dict(s) for s in _after(target.get("samples"), start) if isinstance(s, dict)]
     if not snaps:
         return {"verdict": "unhealthy", "causes": [{
             "id": "engine_down", "severity": "critical",
@@ -459,95 +788,155 @@ def _diagnosis(target):
     return diagnose(add_rates(snaps), limits=target.get("limits"))
 
 
-def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None):
-    """The canary's verdict. canary, baseline: lists of targets, each {"name", "samples"
-    (snapshots, oldest first), "limits" (scheduler limits, optional), "diagnosis" (the
-    diagnose() result of its window; computed when absent)}. thresholds: overrides of
-    DEFAULT_THRESHOLDS (check_thresholds first).
+def _start(canary, warmup):
+    """The end of the warm-up: `warmup` seconds after the canary's first sample."""
+    if not warmup:
+        return None
+    firsts = [s["time"] for t in canary for s in (t.get("samples") or [])[:1]
+              if isinstance(s, dict) and _is_number(s.get("time"))]
+    return (min(firsts) + warmup) if firsts else None
+
+
+def _mismatch(window, mine):
+    """Why a baseline window does not serve what the canary serves, or None."""
+    if mine["models"] and window["models"] and window["models"] != mine["models"]:
+        return "serves %s, the canary %s" % (", ".join(window["models"]), ", ".join(mine["models"]))
+    if mine["engines"] and window["engines"] and window["engines"] != mine["engines"]:
+        return "runs %s engine(s), the canary %s" % (
+            "/".join(str(e) for e in window["engines"]), "/".join(str(e) for e in mine["engines"]))
+    return None
+
+
+def _canary_identity(windows):
+    return {"models": sorted(set(m for w in windows for m in w["models"])),
+            "engines": sorted(set(e for w in windows for e in w["engines"]))}
+
+
+def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None, warmup=0):
+    """The canary's verdict. canary, baseline: lists of targets, each {"name", "host" (the
+    baseline's per-host values group by it; the name when absent), "samples" (snapshots, oldest
+    first), "limits" (scheduler limits, optional), "diagnosis" (the diagnose() result of its
+    window; computed when absent)}. thresholds: overrides of DEFAULT_THRESHOLDS (check_thresholds
+    first). warmup: seconds after the canary's first sample that no window counts.
 
     {"verdict", "reason", "checks", "requests": {"canary", "baseline"}, "causes" (the canary
-     targets' causes, each with its "target"), "mode" ("baseline" or "absolute"),
-     "targets": [{"name", "side", "verdict", "requests", "pooled", "why"}]}.
+     targets' causes, each with its "target"), "mode" ("baseline" or "absolute"), "restarted"
+     (the canary targets' restarts, by name), "targets": [{"name", "side", "verdict",
+     "requests", "pooled", "why"}], "warmup_seconds"}.
     """
     th = dict(DEFAULT_THRESHOLDS)
     th.update(thresholds or {})
-    targets, causes, critical = [], [], []
-    canary_windows, pool_windows, all_baseline = [], [], []
-    for side, group in (("canary", canary), ("baseline", baseline or [])):
-        for target in group:
-            diagnosis = _diagnosis(target)
-            window = target_window(target.get("samples"))
-            entry = {"name": target.get("name"), "side": side, "verdict": diagnosis.get("verdict"),
-                     "requests": window["finished"] if window["usable"] else None,
-                     "pooled": False, "why": window["why"]}
-            if side == "canary":
-                canary_windows.append(window)
-                entry["pooled"] = window["usable"]
-                for cause in diagnosis.get("causes") or []:
-                    causes.append(dict(cause, target=target.get("name")))
-                    if cause.get("severity") == "critical":
-                        critical.append((target.get("name"), cause))
-            else:
-                if window["usable"]:
-                    all_baseline.append(window)
-                if diagnosis.get("verdict") == "unhealthy":
-                    entry["why"] = "left out: itself unhealthy (%s)" % ", ".join(
-                        c["id"] for c in diagnosis.get("causes") or [] if c.get("severity") == "critical")
-                elif window["usable"]:
-                    pool_windows.append(window)
-                    entry["pooled"] = True
-                else:
-                    entry["why"] = "left out: %s" % window["why"]
-            targets.append(entry)
+    start = _start(canary, warmup)
+    targets, causes, critical, broken = [], [], [], []
+    canary_windows, all_baseline = [], []
+    for target in canary:
+        window = target_window(target.get("samples"), start)
+        canary_windows.append(window)
+        diagnosis = _diagnosis(target, start)
+        targets.append({"name": target.get("name"), "side": "canary", "verdict": diagnosis.get("verdict"),
+                        "requests": window["finished"] if window["usable"] else None,
+                        "pooled": window["usable"], "why": window["why"]})
+        for cause in diagnosis.get("causes") or []:
+            causes.append(dict(cause, target=target.get("name")))
+            if cause.get("severity") == "critical":
+                critical.append((target.get("name"), cause))
+        if window["restarted"]:
+            broken.append("%s restarted in the window: %s" % (target.get("name"), window["restarted"]))
+        elif window["unreadable"] > th["max_unreadable_samples"]:
+            broken.append("%s could not be read for %d samples in a row (max_unreadable_samples %d)" % (
+                target.get("name"), window["unreadable"], th["max_unreadable_samples"]))
+    mine_id = _canary_identity(canary_windows)
+    by_host = {}
+    for target in baseline or []:
+        window = target_window(target.get("samples"), start)
+        diagnosis = _diagnosis(target, start)
+        entry = {"name": target.get("name"), "side": "baseline", "verdict": diagnosis.get("verdict"),
+                 "requests": window["finished"] if window["usable"] else None, "pooled": False,
+                 "why": window["why"]}
+        if window["usable"]:
+            all_baseline.append(window)
+        other = _mismatch(window, mine_id)
+        if diagnosis.get("verdict") == "unhealthy":
+            entry["why"] = "left out: itself unhealthy (%s)" % ", ".join(
+                c["id"] for c in diagnosis.get("causes") or [] if c.get("severity") == "critical")
+        elif other:
+            entry["why"] = "left out: %s" % other
+        elif window["usable"]:
+            by_host.setdefault(target.get("host") or target.get("name"), []).append(window)
+            entry["pooled"] = True
+        else:
+            entry["why"] = "left out: %s" % window["why"]
+        targets.append(entry)
     mine = side_window(canary_windows)
-    pool = side_window(pool_windows)
+    hosts = sorted(by_host.items())
+    host_sides = [(h, side_window(ws)) for h, ws in hosts]
+    pooled = sum(w["finished"] for h, ws in hosts for w in ws)
     requests = {"canary": mine["finished"], "baseline": sum(w["finished"] for w in all_baseline)}
     window_seconds = max([w["seconds"] for w in canary_windows + all_baseline] or [0.0])
 
     if not baseline:
         without = "no baseline given"
-    elif not pool_windows:
-        without = "no healthy baseline target to compare with"
-    elif pool["finished"] < min_requests:
+    elif not hosts:
+        left = [t["why"] for t in targets if t["side"] == "baseline"]
+        without = "no healthy baseline target that serves what the canary serves (%s)" % "; ".join(left[:3])
+    elif pooled < min_requests:
         without = "the healthy baseline finished %d request(s), fewer than min_requests %d" % (
-            pool["finished"], min_requests)
+            pooled, min_requests)
     else:
         without = None
     mode = "absolute" if without else "baseline"
-    checks = []
+    checks = [_traffic(canary_windows, hosts, min_requests, th)] if mode == "baseline" else []
     for check, family, unused, unused2, direction, unit in CHECKS:
         if mode == "baseline":
-            checks.append(_compare(check, family, direction, unit, mine, pool, th))
+            checks.append(_compare(check, family, direction, unit, mine, host_sides, th))
         else:
             checks.append(_absolute(check, direction, unit, mine, th, without))
+    few = mine["finished"] < min_requests
+    if few and not (broken or critical):
+        # too few requests to judge what they measure: only the traffic and what the canary holds
+        for c in checks:
+            if c["metric"] not in ("traffic_share",) + _WITHOUT_REQUESTS and c["result"] != "skipped":
+                c.update(result="skipped", why="the canary finished %d request(s), fewer than min_requests "
+                         "%d: %s" % (mine["finished"], min_requests, c["why"] or c.get("why_base") or ""))
+    _settle(checks, th)
     out = {"checks": checks, "requests": requests, "causes": causes, "mode": mode,
            "targets": targets, "thresholds": th, "min_requests": min_requests,
-           "window_seconds": window_seconds}
-
+           "window_seconds": window_seconds, "warmup_seconds": warmup or 0,
+           "baseline_hosts": [h for h, unused in hosts]}
     failed = [c for c in checks if c["result"] == "fail"]
-    if critical:
+    if broken or critical:
+        words = ["The canary fails at once"]
+        if broken:
+            words.append(": " + "; ".join(broken))
+        if critical:
+            words.append("%s on a critical cause: %s" % (";" if broken else "", "; ".join(
+                "%s: %s" % (name, _cause_text(cause)) for name, cause in critical)))
         also = ("; its %.0f s window also fails %s" % (window_seconds, ", ".join(
             _brief(c) for c in failed)) if failed else "")
-        out.update(verdict="fail", reason="The canary fails at once on a critical cause: %s%s." % (
-            "; ".join("%s: %s" % (name, _cause_text(cause)) for name, cause in critical), also))
+        out.update(verdict="fail", reason="".join(words) + also + ".")
         return out
-    if mine["finished"] < min_requests:
-        held = sum(w["in_flight"] for w in canary_windows)
-        hint = ("not back in the load balancer?" if not held else
-                "it held %d request(s) at its last sample, so it is slow rather than idle: "
-                "lengthen duration" % held)
-        out.update(verdict="inconclusive", reason=(
-            "The canary finished %d request(s) in its %.0f s window, fewer than min_requests %d, "
-            "while the baseline finished %d: %s" % (
-                mine["finished"], window_seconds, min_requests, requests["baseline"], hint)))
-        return out
-    passed = [c for c in checks if c["result"] == "pass"]
-    against = ("the baseline (%d server(s) pooled, %d requests)" % (pool["targets"], pool["finished"])
+    against = ("the baseline (%d host(s), %d requests)" % (len(hosts), pooled)
                if mode == "baseline" else "absolute limits (%s)" % without)
     if failed:
         out.update(verdict="fail", reason="The canary (%d requests) fails %s, against %s." % (
             mine["finished"], ", ".join(_brief(c) for c in failed), against))
         return out
+    if few:
+        held = max([w["held"] for w in canary_windows] or [0])
+        hint = ("not back in the load balancer?" if not held else
+                "it held up to %d request(s) at once, so it is slow rather than idle" % held)
+        out.update(verdict="inconclusive", reason=(
+            "The canary finished %d request(s) in its %.0f s window, fewer than min_requests %d, "
+            "while the baseline finished %d: %s" % (
+                mine["finished"], window_seconds, min_requests, requests["baseline"], hint)))
+        return out
+    undecided = [c for c in checks if c["result"] == "inconclusive"]
+    if undecided:
+        out.update(verdict="inconclusive", reason="The canary (%d requests) fails no check against %s, "
+                   "but %s cannot be decided: %s." % (mine["finished"], against, ", ".join(
+                       c["metric"] for c in undecided), "; ".join(_brief(c) for c in undecided)))
+        return out
+    passed = [c for c in checks if c["result"] == "pass"]
     if not passed:
         out.update(verdict="inconclusive", reason=(
             "The canary finished %d requests but no check could be made against %s." % (
@@ -556,3 +945,29 @@ def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None
     out.update(verdict="pass", reason="The canary (%d requests) passes %d check(s) against %s; %d skipped." % (
         mine["finished"], len(passed), against, len(checks) - len(passed)))
     return out
+
+
+def decide(result, inconclusive="fail_canary", canary_batch=True):
+    """What a rollout does with an analysis result: {"keep": bool, "stop": bool, "judged": bool,
+    "why": words}.
+
+    fail rolls the host back. inconclusive is never kept silently: the rollout stops after this
+    batch (stop), and the policy says whether the host is kept: fail_canary (the default) rolls
+    back the first batch analysed, the canary, and keeps later ones; fail always rolls back;
+    pass keeps it. pass keeps the host and goes on."""
+    if inconclusive not in INCONCLUSIVE_POLICIES:
+        raise ValueError("inconclusive must be one of %s, got %r" % (", ".join(INCONCLUSIVE_POLICIES), inconclusive))
+    result = result if isinstance(result, dict) else {}
+    verdict, reason = result.get("verdict"), result.get("reason") or "no reason given"
+    if verdict == "pass":
+        return {"keep": True, "stop": False, "judged": True, "why": "analysis passed: %s" % reason}
+    if verdict == "fail":
+        return {"keep": False, "stop": True, "judged": True, "why": "analysis failed: %s" % reason}
+    if verdict == "inconclusive":
+        keep = inconclusive == "pass" or (inconclusive == "fail_canary" and not canary_batch)
+        return {"keep": keep, "stop": True, "judged": False, "why": (
+            "analysis inconclusive, not judged; %s (inconclusive: %s%s), and no later batch starts: %s" % (
+                "kept" if keep else "rolled back", inconclusive,
+                ", the canary batch" if inconclusive == "fail_canary" and canary_batch else "", reason))}
+    return {"keep": False, "stop": True, "judged": False,
+            "why": "analysis gave no verdict (%r): %s" % (verdict, reason)}

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import histograms
 from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import PromParseError, parse
 from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_metrics import (
-    NotVllmMetrics, normalize)
+    NotVllmMetrics, edge_counters, normalize)
 
 __all__ = ["BodyTooLarge", "DeadlineExceeded", "FetchError", "LIMITS", "MAX_BODY_BYTES",
            "MAX_WINDOW_SECONDS", "ProbeError", "Response", "check_encoding", "check_range",
@@ -262,6 +262,8 @@ def snapshot(fetch, base_url, clock=time.time):
         raise ProbeError("%s did not return vLLM metrics: %s" % (url, scrub(exc)))
     # the cumulative bucket counts, for latency quantiles over a window (_latency)
     view["histograms"] = histograms(samples)
+    # the process's start and the HTTP layer's answers: a restart, and errors the engine never saw
+    view.update(edge_counters(samples))
     health = fetch("/health")
     view["healthy"] = health.status == 200
     view["health_status"] = health.status

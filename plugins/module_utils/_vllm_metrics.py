@@ -21,7 +21,8 @@ import math
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import repeated_series
 
-__all__ = ["FIELDS", "MAX_COUNT", "NotVllmMetrics", "normalize", "is_v0"]
+__all__ = ["EDGE_FIELDS", "FIELDS", "INFERENCE_HANDLERS", "MAX_COUNT", "NotVllmMetrics", "edge_counters",
+           "normalize", "is_v0"]
 
 # Fields of a normalised view, in the order the docs list them.
 FIELDS = (
@@ -523,6 +524,50 @@ def normalize(samples):
     view["models"] = dict(
         (m, _aggregate([g for k, g in groups.items() if k[0] == m])) for m in model_names)
     return view
+
+
+# The HTTP handlers that serve inference: their answers are what clients see, beside the engine's
+# own counters (vLLM 0.32 entrypoints/serve/instrumentator/metrics.py: prometheus-fastapi-
+# instrumentator's http_requests_total{handler, method, status}, status grouped as "2xx".."5xx").
+INFERENCE_HANDLERS = ("/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/embeddings",
+                      "/v1/messages", "/invocations", "/v1/audio/transcriptions", "/v1/audio/translations")
+EDGE_FIELDS = ("process_start_time", "http_requests_total", "http_5xx_total")
+
+
+def edge_counters(samples):
+    """What the HTTP layer and the process say beside the engine's series (samples from
+    _prom.parse): {"process_start_time": the API server's start (prometheus_client's process
+    collector), "http_requests_total" and "http_5xx_total": answers of the inference handlers,
+    all and 5xx; 0 before the first answer of a process that reports its start}. A value not exposed, not a finite number 0 or more, or in a series repeated in
+    the body is None (the normaliser lists the repeated series as invalid)."""
+    repeated = set((name, frozenset(labels.items())) for name, labels, unused in repeated_series(samples))
+    start, total, errors, bad = None, None, None, False
+    for s in samples:
+        if s.name not in ("process_start_time_seconds", "http_requests_total"):
+            continue
+        if (s.name, frozenset(s.labels.items())) in repeated or _finite(s.value) is None or s.value < 0:
+            if s.name == "process_start_time_seconds":
+                start = False
+            else:
+                bad = True
+            continue
+        if s.name == "process_start_time_seconds":
+            start = s.value if start is None else False
+        elif s.labels.get("handler") in INFERENCE_HANDLERS:
+            total = (total or 0) + s.value
+            status = str(s.labels.get("status", ""))
+            if status.startswith("5"):
+                errors = (errors or 0) + s.value
+            elif errors is None:
+                errors = 0
+    if start and total is None:
+        # prometheus-fastapi-instrumentator writes a handler's series at its first answer: a
+        # process that reports its start and no inference answer yet has answered none
+        total = errors = 0
+    if bad:
+        total = errors = None
+    return {"process_start_time": start if start else None, "http_requests_total": total,
+            "http_5xx_total": errors if total is not None else None}
 
 
 def _engine_sort_key(engine):
