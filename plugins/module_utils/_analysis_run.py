@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
-    DEFAULT_MIN_REQUESTS, analyse)
+    DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, analyse)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import add_rates, diagnose
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import (
     TargetWindow, run_windows, target_limits)
@@ -58,31 +58,102 @@ def _proves_critical(limits, stop):
     return watch
 
 
+class _Verdicts(object):
+    """The verdict so far, worked out after each sample of the first canary server: whether the
+    window may end (enough requests on both sides once `duration` is reached; until then, or up
+    to `max_duration`, the window goes on: it counts requests, not only the clock), and whether
+    the evidence is already overwhelming (a fail at thresholds.early_alpha for
+    thresholds.early_intervals evaluations in a row: the window ends early)."""
+
+    def __init__(self, windows, min_requests, thresholds, warmup, duration, stop):
+        self.windows, self.min_requests, self.warmup = windows, min_requests, warmup
+        self.th = dict(DEFAULT_THRESHOLDS)
+        self.th.update(thresholds or {})
+        self.duration, self.stop = duration, stop
+        self.enough = False
+        self.fails = 0
+        self.early = None   # the early verdict's reason, when it ended the window
+        self.lock = threading.Lock()
+
+    def _now(self, early):
+        sides = dict((side, []) for side in SIDES)
+        for side, target, limits, w in self.windows:
+            sides[side].append({"name": target["name"], "host": target.get("host"),
+                                "samples": list(w.snaps), "limits": limits})
+        th = dict(self.th, alpha=self.th["early_alpha"]) if early else self.th
+        return analyse(sides["canary"], sides["baseline"], min_requests=self.min_requests,
+                       thresholds=th, warmup=self.warmup)
+
+    def watch(self, window):
+        """After each sample of the first canary server."""
+        with self.lock:
+            if self.stop.is_set() or len(window.snaps) < 3:
+                return
+            elapsed = window.snaps[-1].get("time", 0) - window.snaps[0].get("time", 0)
+            if elapsed <= self.warmup:
+                return
+            result = self._now(early=True)
+            # early only on the whole evidence: enough canary requests for every check, or a
+            # canary that finished nothing while the baseline's share says it should have (a
+            # slow canary's few requests are judged at the end, on every check)
+            whole = result["requests"]["canary"] >= self.min_requests or (
+                result["requests"]["canary"] == 0 and any(
+                    c["metric"] == "traffic_share" and c["result"] == "fail" for c in result["checks"]))
+            decided = result["verdict"] == "fail" and (whole or "fails at once" in result["reason"])
+            self.fails = self.fails + 1 if decided else 0
+            if self.fails >= self.th["early_intervals"]:
+                self.early = result["reason"]
+                self.stop.set()
+                return
+            if elapsed >= self.warmup + self.duration and not self.enough:
+                requests = result["requests"]
+                self.enough = (requests["canary"] >= self.min_requests
+                               and (not any(s == "baseline" for s, unused, unused2, unused3 in self.windows)
+                                    or requests["baseline"] >= self.min_requests))
+
+    def more(self):
+        return not self.enough
+
+
 def run_analysis(canary, baseline, connect, duration, interval, min_requests=DEFAULT_MIN_REQUESTS,
-                 thresholds=None, defaults=None):
+                 thresholds=None, defaults=None, warmup=0, max_duration=None):
     """Sample canary and baseline (lists of targets: name, url, the scheduler limits) for
-    `duration` s every `interval` s, then judge. defaults: the caller's scheduler limits for a
+    `warmup` + `duration` s every `interval` s, then judge; while either side has finished
+    fewer than `min_requests`, go on up to `warmup` + `max_duration` s; end early on a critical
+    cause or overwhelming evidence (_Verdicts). defaults: the caller's scheduler limits for a
     target that leaves one out. Returns _canary.analyse's result with, per target, its url
-    (redacted), seconds and extended_seconds, and 'samples': {side: {name: snapshots}} without
-    the raw histogram counts."""
+    (redacted), seconds and extended_seconds, 'samples': {side: {name: snapshots}} without the
+    raw histogram counts, and 'decided_early' (the early verdict's reason, or None)."""
     stop = threading.Event()
     windows = []
+    longest = max(duration, max_duration or duration)
+    plan = _Verdicts(windows, min_requests, thresholds, warmup, duration, stop)
     for side, targets in (("canary", canary), ("baseline", baseline or [])):
         for target in targets:
             limits = target_limits(defaults or {}, target)
+            critical = _proves_critical(limits, stop) if side == "canary" else None
+            watch = critical
+            if side == "canary" and not any(w[0] == "canary" for w in windows):
+                def watch(window, critical=critical):
+                    critical(window)
+                    plan.watch(window)
             windows.append((side, target, limits, TargetWindow(
-                target, connect, samples_in(duration, interval), interval, _judge(limits),
-                extend=True, watch=_proves_critical(limits, stop) if side == "canary" else None,
-                stop=stop)))
+                target, connect, samples_in(warmup + duration, interval), interval, _judge(limits),
+                extend=True, watch=watch, stop=stop, more=plan.more,
+                max_samples=samples_in(warmup + longest, interval))))
     run_windows([w for unused, unused2, unused3, w in windows], min(len(windows), MAX_CONCURRENCY),
                 stop=stop, name="kvfleet-canary")
     sides = dict((side, []) for side in SIDES)
     for side, target, limits, w in windows:
         diagnosis = _failed(w.error) if w.error is not None else w.result
-        sides[side].append({"name": target["name"], "samples": w.snaps, "diagnosis": diagnosis,
-                            "limits": limits})
+        if warmup and w.error is None and not any(
+                c.get("severity") == "critical" for c in (diagnosis or {}).get("causes") or []):
+            diagnosis = None   # judged from the end of the warm-up on (analyse works it out)
+        sides[side].append({"name": target["name"], "host": target.get("host"), "samples": w.snaps,
+                            "diagnosis": diagnosis, "limits": limits})
     result = analyse(sides["canary"], sides["baseline"], min_requests=min_requests,
-                     thresholds=thresholds)
+                     thresholds=thresholds, warmup=warmup)
+    result["decided_early"] = plan.early
     for side, target, limits, w in windows:
         for entry in result["targets"]:
             if entry["name"] == target["name"]:

@@ -43,7 +43,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import add
 from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (
     bucket_quantile, counts_between)
 
-__all__ = ["CHECKS", "DEFAULT_MIN_REQUESTS", "DEFAULT_THRESHOLDS", "INCONCLUSIVE_POLICIES", "VERDICTS",
+__all__ = ["CHECKS", "DEFAULT_MIN_REQUESTS", "DEFAULT_THRESHOLDS", "INCONCLUSIVE_POLICIES", "VERDICTS", "WHOLE_THRESHOLDS",
            "analyse", "check_thresholds", "decide", "holm", "mann_whitney_u", "poisson_cdf", "side_window",
            "target_window"]
 
@@ -78,7 +78,7 @@ _HISTOGRAMS = ("queue", "ttft", "itl", "e2e")
 # request (what it holds, and how much of the cache each running sequence takes)
 _WITHOUT_REQUESTS = ("requests_waiting", "kv_usage")
 # the thresholds that are whole numbers: name -> (lowest, highest)
-_WHOLE = {"min_intervals": (2, 10000), "max_unreadable_samples": (0, 1000), "early_intervals": (1, 1000)}
+WHOLE_THRESHOLDS = {"min_intervals": (2, 10000), "max_unreadable_samples": (0, 1000), "early_intervals": (1, 1000)}
 
 # The one copy of the defaults (the module's documentation states them; a unit test compares).
 DEFAULT_THRESHOLDS = {
@@ -106,7 +106,9 @@ DEFAULT_THRESHOLDS = {
     # a baseline host whose value lies beyond this many tolerances from the others' is left out
     # of that check (two hosts: the check decides only what both agree on)
     "outlier_rooms": 2.0,
-    # consecutive evaluations, one per canary sample, that must fail before the window ends early
+    # the window ends early on a fail at early_alpha (stricter than alpha: the verdict is looked
+    # at after every sample) in early_intervals evaluations in a row, one per canary sample
+    "early_alpha": 0.005,
     "early_intervals": 2,
     # absolute limits, used without a (healthy, busy enough, matching) baseline; None: not checked then
     "error_ratio_max": 0.01,
@@ -153,14 +155,14 @@ def check_thresholds(thresholds):
         if key not in DEFAULT_THRESHOLDS:
             return "thresholds.%s is not a threshold; the thresholds are: %s" % (
                 key, ", ".join(sorted(DEFAULT_THRESHOLDS)))
-        if key in _WHOLE:
-            low, high = _WHOLE[key]
+        if key in WHOLE_THRESHOLDS:
+            low, high = WHOLE_THRESHOLDS[key]
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 return "thresholds.%s must be a whole number from %d to %d, got %r" % (key, low, high, value)
             continue
-        if key == "alpha":
+        if key in ("alpha", "early_alpha"):
             if not _is_number(value) or not 0 < value < 1:
-                return "thresholds.alpha must be a number between 0 and 1, got %r" % (value,)
+                return "thresholds.%s must be a number between 0 and 1, got %r" % (key, value)
             continue
         if key == "traffic_share_min":
             if not _is_number(value) or not 0 <= value <= 1:
@@ -732,8 +734,9 @@ def _settle(checks, th):
         if c["result"] != "candidate":
             continue
         c["level"] = None if level is None else float("%.4g" % level)
-        base = c.pop("why_base", None) or "%s, beyond the limit %s (baseline %s)" % (
-            _fmt(c["canary"], _unit(c)), _fmt(c["limit"], _unit(c)), _fmt(c["baseline"], _unit(c)))
+        base = c.pop("why_base", None) or "%s, %s the limit %s (baseline %s)" % (
+            _fmt(c["canary"], _unit(c)), "above" if _check_spec(c["metric"])[4] == "higher" else "below",
+            _fmt(c["limit"], _unit(c)), _fmt(c["baseline"], _unit(c)))
         n = c.pop("n", None)
         test = ("Mann-Whitney U over %d and %d interval values" % n if n else "Poisson")
         if rejected:

@@ -88,8 +88,8 @@ class TargetWindow(object):
     """One target's window, taken one sample at a time (step) so that a worker never holds a
     target while it waits for its next sample.
 
-    `samples` samples, each `interval` s after the previous one was due; then judge(snaps) (a
-    diagnosis); with `extend`, more samples while it has `pending` entries (extension_delay).
+    `samples` samples, each `interval` s after the previous one was due (and more, up to
+    `max_samples`, while more() says so); then judge(snaps) (a diagnosis); with `extend`, more samples while it has `pending` entries (extension_delay).
     watch(window), when given, runs after each sample (it may set `stop`). Once `stop` is set the
     window ends at its next step, without extension. After the last step: snaps, result (the
     judgement, None when it failed), extended (seconds added), error (the exception that ended
@@ -97,9 +97,11 @@ class TargetWindow(object):
     """
 
     def __init__(self, target, connect, samples, interval, judge, extend=True, watch=None,
-                 stop=None):
+                 stop=None, more=None, max_samples=None):
         self.target, self.connect, self.judge = target, connect, judge
         self.samples, self.interval, self.extend = samples, interval, extend
+        # more(): whether to go on past `samples` (up to max_samples), asked once they are taken
+        self.more, self.max_samples = more, max_samples or samples
         self.watch, self.stop = watch, stop
         self.url = redact_url(target["url"])
         self.fetch = None
@@ -120,7 +122,9 @@ class TargetWindow(object):
             if self.watch is not None:
                 self.watch(self)
             taken = len(self.snaps)
-            if taken < self.samples and not self.stopped():
+            wanted = taken < self.samples or (
+                self.more is not None and taken < self.max_samples and self.more())
+            if wanted and not self.stopped():
                 # as sample_window: each sample `interval` s after the previous one was due
                 return self.started + taken * self.interval
             self.result = self.judge(self.snaps)

@@ -11,37 +11,44 @@ module: canary_analysis
 short_description: Judge a vLLM canary against a baseline under the same load
 version_added: 0.4.0
 description:
-  - Samples the O(canary) servers and the O(baseline) servers at the same time for O(duration)
-    seconds, every O(interval) seconds, and says whether the canary is worse than the baseline. RV(verdict) is C(pass),
-    C(fail) or C(inconclusive), RV(reason) one sentence with the numbers, and RV(checks) has one
-    entry per metric.
-  - A critical cause of the diagnosis on a canary server (the causes of
-    M(kvfleet.vllm.cache_gate), such as an engine that is down, a KV cache exhausted with
-    preemptions, request errors or an admission stall) fails the canary at once, whatever its
-    request count; sampling stops as soon as a canary window proves one.
-  - A canary that finished fewer than O(min_requests) requests in the window, and shows no
-    critical cause, is C(inconclusive); the reason says how many requests each side finished.
-  - Otherwise the window's numbers are compared, each normalised per request (or per running
-    sequence) so that a canary that gets less traffic than each baseline server is judged
-    fairly. The metrics are the error ratio, preemptions per finished request, KV cache usage per running sequence,
-    queue time, time to first token (TTFT), inter-token latency (ITL) and end-to-end latency at
-    p50 and p95, and generated tokens per second per running sequence. Counters and histograms
-    are read as the difference between each server's first and last sample; the baseline
-    servers are pooled (their counts added up, their histogram buckets added up before the
-    quantile is taken, as Prometheus' C(histogram_quantile) over C(sum by (le))).
-  - A check fails when the canary is worse than the pooled baseline by more than the larger of
-    its relative and its absolute tolerance (O(thresholds)) and, when each side has at least
-    O(thresholds.min_intervals) per-interval values (one per server and interval, such as that
-    interval's TTFT p95 from its bucket counts), a one-sided Mann-Whitney U test (normal
-    approximation with tie and continuity corrections; the test Kayenta's canary judge uses) finds the
-    canary's values larger (smaller, for throughput) at level O(thresholds.alpha) divided by the
-    number of checks (Bonferroni, so that O(thresholds.alpha) bounds the chance that identical
-    settings fail any check). With fewer values the tolerance alone decides.
-  - A baseline server that is itself unhealthy (a critical cause) is left out of the pool, so an
-    unhealthy baseline never fails a healthy canary. With no baseline, no healthy baseline
-    server, or a pool that finished fewer than O(min_requests) requests, the canary is checked
-    against absolute limits instead (the C(*_max) and C(*_min) O(thresholds)); a metric without
-    such a limit is C(skipped).
+  - Samples the O(canary) servers and the O(baseline) servers at the same time, every O(interval)
+    seconds, for O(warmup) + O(duration) seconds (longer, up to O(max_duration), while either side
+    has finished fewer than O(min_requests); shorter when the verdict is already certain), and says
+    whether the canary is worse than the baseline. RV(verdict) is C(pass), C(fail) or
+    C(inconclusive), RV(reason) one sentence with the numbers, RV(checks) one entry per metric,
+    and RV(decision) what a rollout does with it (O(inconclusive)).
+  - The canary fails at once when it restarted in the window (its C(process_start_time_seconds)
+    changed, its counters went down, or its engine set changed), when it could not be read for
+    more than O(thresholds.max_unreadable_samples) samples in a row, or on a critical cause of the
+    diagnosis on a canary server (the causes of M(kvfleet.vllm.cache_gate), such as an engine that
+    is down, a KV cache exhausted with preemptions, request errors or an admission stall);
+    sampling stops as soon as a canary window proves one.
+  - No data is never a pass. C(traffic_share) compares the canary's finished requests per second
+    per server with the median baseline server's; far below O(thresholds.traffic_share_min) of it
+    (a one-sided Poisson test), the canary fails, and the reason says whether it held requests
+    (slow) or none (not in the load balancer). A canary that finished fewer than O(min_requests)
+    is judged only on that, on the requests it holds (C(requests_waiting)) and its cache per
+    sequence, and is otherwise C(inconclusive).
+  - The other checks compare the window's numbers, each normalised per request (or per running
+    sequence), such as errors, HTTP 5xx answers of the inference handlers (C(http_requests_total), which
+    the engine's counters never see), aborts, preemptions, KV cache usage per running sequence,
+    requests waiting, queue time, time to first token (TTFT), inter-token latency (ITL) and
+    end-to-end latency at p50 and p95, and generated tokens per second per running sequence.
+  - The baseline is matched and robust. A baseline server that is unhealthy, restarted, or serves
+    another model or another number of engines than the canary is left out. Each check's baseline
+    value is the median of the baseline hosts' own values (a host's servers pooled); a host more
+    than O(thresholds.outlier_rooms) tolerances from it is left out of that check; two hosts that
+    disagree that much decide only what both agree on (the check is C(inconclusive) in between).
+    One host that reports nonsense changes no verdict.
+  - A check fails when the canary is worse than the baseline by more than the larger of its
+    relative and its absolute tolerance (O(thresholds)) and a one-sided Mann-Whitney U test on
+    per-interval values (exact without ties up to 60 values, else the normal approximation) finds
+    it worse at O(thresholds.alpha) with Holm's correction over all the checks. Beyond the
+    tolerance with fewer than O(thresholds.min_intervals) values a side, the check is
+    C(inconclusive); the tolerance alone never fails a canary.
+  - Without a matching, healthy, busy enough baseline, the canary is checked against absolute
+    limits instead (the C(*_max) and C(*_min) O(thresholds)); a metric without such a limit is
+    C(skipped).
   - docs/canary-analysis.md has what is compared and why, the defaults, how to size
     O(duration) to the traffic, and worked examples from real captures.
 author:
@@ -137,6 +144,31 @@ options:
         gives one value per server to the statistical test.
     type: float
     default: 5
+  warmup:
+    description:
+      - Seconds after the first sample that no check counts (a canary just put back warms its
+        prefix cache; its first requests are slower for that alone), 0 or more. Sampled all the
+        same, and a critical cause in it still fails the canary.
+    type: float
+    default: 0
+  max_duration:
+    description:
+      - Seconds the window may grow to, past O(duration), while the canary or the baseline has
+        finished fewer than O(min_requests) (a window sized by requests, not only the clock).
+        At least O(duration) and at most 3600; the default is O(duration) (no growth).
+    type: float
+  inconclusive:
+    description:
+      - What RV(decision) says of an C(inconclusive) verdict. The rollout always stops after it
+        (RV(decision.stop)); C(fail_canary) rolls the host back when O(canary_batch) is true and
+        keeps it otherwise, C(fail) rolls it back, C(pass) keeps it.
+    type: str
+    choices: [fail_canary, fail, pass]
+    default: fail_canary
+  canary_batch:
+    description: The canary is the first batch of a rollout (for O(inconclusive)).
+    type: bool
+    default: true
   min_requests:
     description:
       - Requests the canary must finish in the window (all its servers together) before a
@@ -159,13 +191,63 @@ options:
     default: {}
     suboptions:
       alpha:
-        description: The analysis's level, between 0 and 1, shared by its checks (each one-sided
-          Mann-Whitney U test at alpha divided by the number of checks). Default 0.05.
+        description: The analysis's level, between 0 and 1, over all its checks (Holm's
+          step-down correction). Default 0.05.
         type: float
       min_intervals:
-        description: Fewest per-interval values on each side for the test, 2 or more; fewer and the
-          tolerance alone decides. Default 5.
+        description: Fewest per-interval values on each side for the test, 2 or more; fewer, and a
+          check beyond its tolerance is C(inconclusive). Default 5.
         type: int
+      early_alpha:
+        description: The level of the verdict worked out after every sample, between 0 and 1
+          (stricter than O(thresholds.alpha), as it is looked at many times). Default 0.005.
+        type: float
+      early_intervals:
+        description: Evaluations in a row (one per canary sample) that must fail at
+          O(thresholds.early_alpha) before the window ends early with C(fail), 1 or more. Default 2.
+        type: int
+      max_unreadable_samples:
+        description: Consecutive unreadable samples of a canary server beyond which it fails (a
+          restart, an outage), 0 or more. Default 2.
+        type: int
+      traffic_share_min:
+        description: The share, 0 to 1, of the median baseline server's finished requests per
+          second below which (significantly) a canary server fails C(traffic_share). Default 0.3.
+        type: float
+      outlier_rooms:
+        description: Tolerances beyond which a baseline host's value is left out of a check (two
+          hosts that far apart decide only what both agree on). Default 2.0.
+        type: float
+      http_5xx_ratio_relative:
+        description: Relative tolerance of the share of 5xx answers of the inference handlers.
+          Default 0.5.
+        type: float
+      http_5xx_ratio_absolute:
+        description: Absolute tolerance of the share of 5xx answers. Default 0.01.
+        type: float
+      abort_ratio_relative:
+        description: Relative tolerance of the aborted requests per finished request. Default 0.5.
+        type: float
+      abort_ratio_absolute:
+        description: Absolute tolerance of the aborted requests per finished request. Default 0.05.
+        type: float
+      requests_waiting_relative:
+        description: Relative tolerance of the mean requests waiting over the samples. Default 0.5.
+        type: float
+      requests_waiting_absolute:
+        description: Absolute tolerance of the mean requests waiting. Default 2.0.
+        type: float
+      http_5xx_ratio_max:
+        description: Without a baseline, the highest share of 5xx answers that passes. Default 0.01.
+        type: float
+      abort_ratio_max:
+        description: Without a baseline, the most aborts per finished request that pass. No limit
+          by default (clients give up for their own reasons).
+        type: float
+      requests_waiting_max:
+        description: Without a baseline, the most requests waiting on average that pass. No limit
+          by default.
+        type: float
       error_ratio_relative:
         description: Relative tolerance of the error ratio (errors per finished request). Default 0.5.
         type: float
@@ -270,8 +352,10 @@ options:
     default: [fail]
 notes:
   - The module only reads C(/metrics), C(/health) and C(/version); it runs in check mode too.
-  - The wall time is about O(duration) (plus an extension for a server that looks stalled or
-    down), or less when a canary server shows a critical cause early.
+  - The wall time is about O(warmup) + O(duration) (up to O(max_duration) while the requests are
+    too few, plus an extension for a server that looks stalled or down), or less when a canary
+    server shows a critical cause, a restart, or a verdict already certain (a C(fail) at
+    O(thresholds.early_alpha) in O(thresholds.early_intervals) evaluations in a row).
   - Compare like with like. The canary and the baseline should serve the same model, with the
     same data-parallel layout, behind one load balancer; a canary that gets a different mix of
     requests (longer prompts, other adapters) differs for that reason alone.
@@ -342,8 +426,9 @@ checks:
   elements: dict
   contains:
     metric:
-      description: C(error_ratio), C(preemptions_per_request), C(kv_usage) (per running
-        sequence), C(queue_time_p50), C(queue_time_p95), C(ttft_p50), C(ttft_p95), C(itl_p50),
+      description: C(traffic_share) (finished requests per second per server), C(error_ratio),
+        C(http_5xx_ratio), C(abort_ratio), C(preemptions_per_request), C(kv_usage) (per running
+        sequence), C(requests_waiting), C(queue_time_p50), C(queue_time_p95), C(ttft_p50), C(ttft_p95), C(itl_p50),
         C(itl_p95), C(e2e_p50), C(e2e_p95) (seconds) or C(gen_tokens_per_seq) (tokens per
         second per running sequence).
       type: str
@@ -357,18 +442,67 @@ checks:
       description: The value the canary may reach (at least, for C(gen_tokens_per_seq)), or null.
       type: float
     result:
-      description: C(pass), C(fail) or C(skipped).
+      description: C(pass), C(fail), C(inconclusive) (beyond the tolerance without enough values
+        for the test, or between two baseline hosts that disagree) or C(skipped).
       type: str
+    effect:
+      description: For a check beyond its tolerance, how much worse (C(difference), C(ratio) and,
+        with the test, C(probability) that a canary interval is worse than a baseline one), or
+        null.
+      type: dict
+    level:
+      description: The level the p-value was held to under Holm's correction, or null.
+      type: float
+    baseline_hosts:
+      description: The baseline hosts this check compared with.
+      type: list
+      elements: str
+    left_out:
+      description: Baseline hosts left out of this check as outliers, each with its C(host) and
+        C(value); absent when none.
+      type: list
+      elements: dict
     why:
       description: The numbers of the check in words.
       type: str
     test:
-      description: C(mann_whitney_u) when the test was run (only for a canary beyond the
-        tolerance with enough values), else null.
+      description: C(mann_whitney_u) (C(poisson) for C(traffic_share)) when the test was run
+        (only for a canary beyond the tolerance with enough values), else null.
       type: str
     p_value:
       description: The test's one-sided p-value, or null.
       type: float
+decision:
+  description: What a rollout does with the verdict (O(inconclusive), O(canary_batch)).
+  returned: always
+  type: dict
+  contains:
+    keep:
+      description: Keep the changed host (C(pass); C(inconclusive) as O(inconclusive) says).
+      type: bool
+    stop:
+      description: Start no later batch (C(fail) and C(inconclusive)).
+      type: bool
+    judged:
+      description: The verdict judged the host (false for C(inconclusive)).
+      type: bool
+    why:
+      description: The decision in words, with the reason.
+      type: str
+decided_early:
+  description: The reason of the verdict that ended the window early (overwhelming evidence), or
+    null.
+  returned: always
+  type: str
+baseline_hosts:
+  description: The baseline hosts compared (matched, healthy, with a window).
+  returned: always
+  type: list
+  elements: str
+warmup_seconds:
+  description: O(warmup), as applied.
+  returned: always
+  type: float
 requests:
   description: Requests finished in the window (vLLM's C(request_success) counter, every finish
     reason), per side; the baseline's counts every baseline server with a window, pooled or not.
@@ -415,7 +549,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kvfleet.vllm.plugins.module_utils._analysis_run import (
     SIDES, run_analysis, samples_in)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
-    DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, VERDICTS, check_thresholds)
+    DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, INCONCLUSIVE_POLICIES, VERDICTS, WHOLE_THRESHOLDS,
+    check_thresholds, decide)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import (
@@ -437,6 +572,11 @@ def _check(module):
     if not error and _samples(p) > 1000:
         error = ("duration / interval gives %d samples per server, more than 1000: raise interval"
                  % _samples(p))
+    if not error and not (isinstance(p["warmup"], (int, float)) and 0 <= p["warmup"] <= MAX_WINDOW_SECONDS):
+        error = "warmup must be 0 or more seconds, at most %d, got %r" % (MAX_WINDOW_SECONDS, p["warmup"])
+    if not error and p["max_duration"] is not None and not p["duration"] <= p["max_duration"] <= MAX_WINDOW_SECONDS:
+        error = ("max_duration must be at least duration (%s) and at most %d seconds, got %r"
+                 % (p["duration"], MAX_WINDOW_SECONDS, p["max_duration"]))
     if not error and p["min_requests"] < 0:
         error = "min_requests must be 0 or more, got %s" % p["min_requests"]
     error = error or check_thresholds(_thresholds(p))
@@ -462,8 +602,10 @@ def _thresholds(p):
 def _analysis(module):
     p = module.params
     result = run_analysis(p["canary"], p["baseline"], lambda t: make_fetcher(module, t), p["duration"],
-                          p["interval"], min_requests=p["min_requests"], thresholds=_thresholds(p))
-    result.update(changed=False, msg=result["reason"])
+                          p["interval"], min_requests=p["min_requests"], thresholds=_thresholds(p),
+                          warmup=p["warmup"], max_duration=p["max_duration"])
+    result.update(changed=False, msg=result["reason"],
+                  decision=decide(result, inconclusive=p["inconclusive"], canary_batch=p["canary_batch"]))
     result.pop("min_requests", None)
     return result
 
@@ -481,8 +623,12 @@ def main():
             # no defaults here: _canary fills what is left out from DEFAULT_THRESHOLDS
             # numbers, not secrets ("tokens" in a name reads as one to the sanity test)
             thresholds=dict(type="dict", default={}, options=dict(
-                (name, dict(type="int" if name == "min_intervals" else "float", no_log=False))
+                (name, dict(type="int" if name in WHOLE_THRESHOLDS else "float", no_log=False))
                 for name in DEFAULT_THRESHOLDS)),
+            warmup=dict(type="float", default=0.0),
+            max_duration=dict(type="float"),
+            inconclusive=dict(type="str", choices=list(INCONCLUSIVE_POLICIES), default="fail_canary"),
+            canary_batch=dict(type="bool", default=True),
             fail_on=dict(type="list", elements="str", choices=list(VERDICTS), default=["fail"]),
         ),
         supports_check_mode=True,

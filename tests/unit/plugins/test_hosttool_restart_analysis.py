@@ -58,10 +58,23 @@ def test_a_cache_too_small_fails_naming_the_check_and_only_the_own_instance_gets
     assert peer.requests and not peer.saw_header("Authorization")
 
 
-def test_an_instance_no_traffic_reached_is_inconclusive_and_only_warned_about(monkeypatch, capsys):
+def test_an_instance_no_traffic_reached_fails_on_its_share(monkeypatch, capsys):
+    # back from its restart but not back in the load balancer: no data is never a pass
     monkeypatch.delenv("VLLM_API_KEY", raising=False)
     with local_servers.LocalServer(local_servers.vllm(_replay("canary-idle-canary"))) as canary, \
             local_servers.LocalServer(local_servers.vllm(_replay("canary-idle-baseline"))) as peer:
+        verdict = prog.analyse_after_restart(_cfg(peer.url), _inst(canary.url))
+    out = "".join(capsys.readouterr())   # errors go to stderr
+    assert verdict == "fail", out
+    line = [x for x in out.splitlines() if "analysis after the restart" in x][0]
+    assert line.startswith(prog.ERR), line
+    assert "traffic_share" in line and "not back in the load balancer?" in line
+
+
+def test_an_idle_fleet_after_a_restart_is_inconclusive_and_only_warned_about(monkeypatch, capsys):
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    with local_servers.LocalServer(local_servers.vllm(_replay("canary-idle-canary"))) as canary, \
+            local_servers.LocalServer(local_servers.vllm(_replay("canary-idle-canary"))) as peer:
         verdict = prog.analyse_after_restart(_cfg(peer.url), _inst(canary.url))
     out = capsys.readouterr().out
     assert verdict == "inconclusive", out

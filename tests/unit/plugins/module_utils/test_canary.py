@@ -510,7 +510,8 @@ def test_holm_rejects_step_down_and_never_more_than_bonferroni_would_miss():
     assert got[0][1] == pytest.approx(0.0125) and got[3][1] == pytest.approx(0.05 / 3)
     # the first that is not rejected stops the rest
     assert [r for r, unused in holm([0.02, 0.001, 0.03], 0.05)] == [True, True, True]
-    assert [r for r, unused in holm([0.02, 0.001, 0.011, 0.5], 0.05)] == [False, True, False, False]
+    assert [r for r, unused in holm([0.02, 0.001, 0.011, 0.5], 0.05)] == [True, True, True, False]
+    assert [r for r, unused in holm([0.02, 0.001, 0.019, 0.5], 0.05)] == [False, True, False, False]
 
 
 def test_the_warm_up_is_not_judged():

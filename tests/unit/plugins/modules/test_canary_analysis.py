@@ -138,19 +138,40 @@ def test_a_low_max_num_seqs_fails_on_queue_time_and_ttft(run_module, replay):
     assert failed and result["verdict"] == "fail"
     bad = [c["metric"] for c in result["checks"] if c["result"] == "fail"]
     assert {"queue_time_p95", "ttft_p95"} <= set(bad)
-    assert "queue_time_p95 4.86 s > 0.427 s (baseline 0.285 s, p=" in result["reason"]
+    assert re.search(r"queue_time_p95 [0-9.]+ s > 0.427 s \(baseline 0.285 s, p=", result["reason"])
+    # overwhelming from its twentieth request on: the window ended early
+    assert result["decided_early"] and len(result["samples"]["canary"]["new"]) < 20
     assert [c["id"] for c in result["causes"]] == ["concurrency_cap"]
 
 
-def test_no_traffic_is_inconclusive_and_fails_only_when_asked(run_module, replay):
+def test_no_traffic_is_a_fail_not_a_pass(run_module, replay):
+    # the load balancer forgot the canary: its share of the traffic fails, with both rates
     servers = {CANARY: "canary-idle-canary", BASELINE: "canary-idle-baseline"}
     replay(servers)
     failed, result = run_module(canary_analysis, args(baseline=[BASELINE]))
-    assert not failed and result["verdict"] == "inconclusive"
-    assert "finished 0 request(s)" in result["reason"] and "not back in the load balancer?" in result["reason"]
+    assert failed and result["verdict"] == "fail"
+    share = [c for c in result["checks"] if c["metric"] == "traffic_share"][0]
+    assert share["result"] == "fail" and share["canary"] == 0 and share["baseline"] > 0
+    assert "not back in the load balancer?" in share["why"]
+    assert result["decision"]["keep"] is False and result["decision"]["stop"] is True
+    # fail_on decides only whether the task fails; the verdict and the decision stay
     replay(servers)
-    failed, result = run_module(canary_analysis, args(baseline=[BASELINE], fail_on=["fail", "inconclusive"]))
-    assert failed and result["verdict"] == "inconclusive"
+    failed, result = run_module(canary_analysis, args(baseline=[BASELINE], fail_on=[]))
+    assert not failed and result["verdict"] == "fail"
+
+
+def test_an_idle_fleet_is_inconclusive_and_its_decision_follows_the_policy(run_module, replay):
+    # both sides idle: nothing to judge; the decision stops the rollout, the host kept or not
+    servers = {CANARY: "idle", BASELINE: "idle"}
+    replay(servers)
+    failed, result = run_module(canary_analysis, args(baseline=[BASELINE], fail_on=[], canary_batch=False))
+    assert not failed and result["verdict"] == "inconclusive"
+    assert result["decision"] == {"keep": True, "stop": True, "judged": False, "why": result["decision"]["why"]}
+    assert result["decision"]["why"].startswith("analysis inconclusive, not judged; kept")
+    replay(servers)
+    failed, result = run_module(canary_analysis, args(baseline=[BASELINE], fail_on=["fail", "inconclusive"],
+                                                       inconclusive="fail"))
+    assert failed and result["decision"]["keep"] is False
 
 
 def test_a_dead_baseline_is_left_out_and_a_dead_canary_fails(run_module, replay):
