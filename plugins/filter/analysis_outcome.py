@@ -10,9 +10,10 @@ name: analysis_outcome
 short_description: What kvfleet.vllm.deploy does with a host's canary analysis
 version_added: 0.4.0
 description:
-  - From a M(kvfleet.vllm.canary_analysis) result, whether the deploy keeps the changed host
-    (C(pass)) or rolls it back (C(fail)), and for C(inconclusive) what O(inconclusive) says, with
-    the reason in words; and what the deploy's report keeps of the result (no samples).
+  - From a M(kvfleet.vllm.canary_analysis) result, what the deploy does with the changed host: the
+    module's own RV(kvfleet.vllm.canary_analysis#module:decision) (kept or rolled back, and whether
+    the run stops; an inconclusive host always stops it), else the same decision worked out with
+    O(inconclusive); and what the deploy's report keeps of the result (no samples).
 options:
   _input:
     description: The module's registered result.
@@ -33,6 +34,13 @@ options:
   seconds:
     description: Seconds the analysis took, for the report.
     type: float
+  load:
+    description: The M(kvfleet.vllm.analysis_load) result of the batch, when one ran; its failed
+      requests to O(host) fail the host when their share is more than 1% above the other servers'.
+    type: dict
+  host:
+    description: The analysed host (its targets in O(load)).
+    type: str
 """
 
 EXAMPLES = r"""
@@ -43,7 +51,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: C(keep) (bool), C(why) (one sentence) and C(analysis) (the report's digest of the result,
+  description: C(keep) (bool), C(stop) (bool; no later batch), C(judged) (bool), C(why) (one sentence) and C(analysis) (the report's digest of the result,
     C(verdict), C(reason), C(mode), C(checks), C(requests), C(causes), C(window_seconds),
     C(canary_hosts), C(baseline_hosts), C(seconds)).
   type: dict
@@ -54,9 +62,9 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import RolloutError, action, digest
 
 
-def _analysis_outcome(result, inconclusive="fail_canary", canary_batch=True, seconds=None):
+def _analysis_outcome(result, inconclusive="fail_canary", canary_batch=True, seconds=None, load=None, host=None):
     try:
-        out = action(result, inconclusive=inconclusive, canary_batch=bool(canary_batch))
+        out = action(result, inconclusive=inconclusive, canary_batch=bool(canary_batch), load=load, host=host)
     except RolloutError as exc:
         raise AnsibleFilterError(str(exc))
     out["analysis"] = digest(result, seconds=seconds)

@@ -258,8 +258,12 @@ def _analysis(analysis):
         return ""
     requests = analysis.get("requests") or {}
     against = ", ".join(str(h) for h in analysis.get("baseline_hosts") or []) or "absolute limits"
+    verdict = analysis["verdict"]
+    if analysis.get("judged") is False:
+        # never kept silently: the summary says the host was not judged, and what became of it
+        verdict += " (not judged, %s)" % ("kept" if analysis.get("kept") else "rolled back")
     words = "analysis %s against %s (%s and %s requests)" % (
-        analysis["verdict"], against, _cell(requests.get("canary")), _cell(requests.get("baseline")))
+        verdict, against, _cell(requests.get("canary")), _cell(requests.get("baseline")))
     failed = failed_checks(analysis)
     if failed:
         words += ": " + "; ".join(failed)

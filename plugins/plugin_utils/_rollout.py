@@ -14,13 +14,14 @@ data; plugins/filter/analysis_sides.py and restart_baseline.py read the play's f
 
 from __future__ import annotations
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import INCONCLUSIVE_POLICIES, decide
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import record_limits
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._outcome import SERVING
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._router import RouterError, reach
 
-INCONCLUSIVE_POLICIES = ("fail_canary", "fail", "pass")
 # the module's result, as the report keeps it (no samples: they are the analysis's raw data)
-_DIGEST_KEYS = ("verdict", "reason", "mode", "checks", "requests", "causes", "window_seconds")
+_DIGEST_KEYS = ("verdict", "reason", "mode", "checks", "requests", "causes", "window_seconds", "warmup_seconds",
+                "decided_early")
 
 
 class RolloutError(ValueError):
@@ -201,28 +202,39 @@ def sides(hosts, canary_host, analysis_from="localhost", batch_records=None):
     return result
 
 
-def action(result, inconclusive="fail_canary", canary_batch=True):
-    """What the deploy does with an analysis result: {'keep': bool, 'why': words}.
+def _load_failures(load, host):
+    """The analysis load's requests to `host`'s servers and to the others: (sent, failed) each."""
+    mine, others = [0, 0], [0, 0]
+    for t in (load or {}).get("targets") or []:
+        if not isinstance(t, dict):
+            continue
+        side = mine if t.get("host") == host else others
+        side[0] += int(t.get("sent") or 0)
+        side[1] += int(t.get("failed") or 0)
+    return mine, others
 
-    fail rolls the host back. inconclusive does what the policy says: fail_canary (the default)
-    rolls back the first batch analysed, the canary, because a canary that no traffic reached
-    proves nothing, and keeps later ones; fail always rolls back; pass always keeps."""
+
+def action(result, inconclusive="fail_canary", canary_batch=True, load=None, host=None):
+    """What the deploy does with an analysis result: {'keep', 'stop', 'judged', 'why'}.
+
+    The module's own decision (canary_analysis' 'decision', made with the policy the deploy
+    passed it) when the result has one, else _canary.decide. The analysis load's failed
+    requests to this host (load: analysis_load's result) fail it too when their share is more
+    than 1% above the other servers'."""
     if inconclusive not in INCONCLUSIVE_POLICIES:
         raise RolloutError("vllm_deploy_analysis_inconclusive must be one of %s, got %r"
                            % (", ".join(INCONCLUSIVE_POLICIES), inconclusive))
     result = result if isinstance(result, dict) else {}
-    verdict, reason = result.get("verdict"), result.get("reason") or "no reason given"
-    if verdict == "pass":
-        return {"keep": True, "why": "analysis passed: %s" % reason}
-    if verdict == "fail":
-        return {"keep": False, "why": "analysis failed: %s" % reason}
-    if verdict == "inconclusive":
-        if inconclusive == "pass" or (inconclusive == "fail_canary" and not canary_batch):
-            return {"keep": True, "why": "analysis inconclusive, kept (vllm_deploy_analysis_inconclusive: %s): %s"
-                    % (inconclusive, reason)}
-        return {"keep": False, "why": "analysis inconclusive, rolled back (vllm_deploy_analysis_inconclusive: %s%s): %s"
-                % (inconclusive, ", the canary batch" if inconclusive == "fail_canary" else "", reason)}
-    return {"keep": False, "why": "analysis gave no verdict (%r): %s" % (verdict, reason)}
+    out = result.get("decision")
+    if not isinstance(out, dict) or "keep" not in out:
+        out = decide(result, inconclusive=inconclusive, canary_batch=canary_batch)
+    out = dict(out)
+    (sent, failed), (other_sent, other_failed) = _load_failures(load, host)
+    if sent and failed / float(sent) > (other_failed / float(other_sent) if other_sent else 0.0) + 0.01:
+        out.update(keep=False, stop=True, why="analysis failed: the analysis load's requests to %s failed, %d of "
+                   "%d (the other servers: %d of %d)%s" % (host, failed, sent, other_failed, other_sent,
+                                                           "; " + out["why"] if out.get("why") else ""))
+    return out
 
 
 # the series of the deploy report's charts: (its key, the snapshot's key)

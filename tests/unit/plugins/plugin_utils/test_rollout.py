@@ -264,3 +264,30 @@ def test_batch_order_refuses_what_is_not_a_list():
     from ansible_collections.kvfleet.vllm.plugins.filter.deploy_order import FilterModule
     with pytest.raises(AnsibleFilterError, match="hosts must be a list"):
         FilterModule().filters()["deploy_order"]("n1", [], [])
+
+
+def test_an_inconclusive_host_stops_the_run_and_the_summary_says_it_was_not_judged():
+    # a later batch's host the policy keeps: kept, and still the run stops, named as not judged
+    result = result_of("canary-small-kv", min_requests=10 ** 6)
+    out = analysis_outcome(result, inconclusive="fail_canary", canary_batch=False)
+    assert (out["keep"], out["stop"], out["judged"]) == (True, True, False)
+    a = dict(out["analysis"], kept=out["keep"], stop=out["stop"], judged=out["judged"])
+    line = [ln for ln in deploy_lines([dict(row("n1", outcome="upgraded", batch=2), analysis=a)])
+            if ln.startswith("  n1 analysis")][0]
+    assert line.startswith("  n1 analysis inconclusive (not judged, kept) against n2")
+    # the module's own decision wins over the filter's policy (the deploy passed its policy there)
+    result["decision"] = {"keep": False, "stop": True, "judged": False, "why": "from the module"}
+    assert analysis_outcome(result, inconclusive="pass")["why"] == "from the module"
+
+
+def test_the_analysis_loads_failed_requests_fail_the_host():
+    result = result_of("canary-same")
+    assert result["verdict"] == "pass"
+    load = {"targets": [{"host": "n1", "sent": 40, "failed": 12}, {"host": "n2", "sent": 40, "failed": 0}]}
+    out = analysis_outcome(result, load=load, host="n1")
+    assert (out["keep"], out["stop"]) == (False, True)
+    assert out["why"].startswith("analysis failed: the analysis load's requests to n1 failed, 12 of 40 "
+                                 "(the other servers: 0 of 40)")
+    # failures everywhere alike are not the change's
+    load = {"targets": [{"host": "n1", "sent": 40, "failed": 2}, {"host": "n2", "sent": 40, "failed": 2}]}
+    assert analysis_outcome(result, load=load, host="n1")["keep"] is True
