@@ -576,6 +576,16 @@ def _queue_cause(series, first, last, base, running, limits, size):
             advice += (" Its free blocks hold about %d more sequence(s) of the running ones' "
                        "size: --max-num-seqs %d would use them." % (extra, cap + extra))
         return _cause("concurrency_cap", "warning", ev, advice)
+    prompt = _delta(first, last, "prompt_tokens_total")
+    gen = _delta(first, last, "generation_tokens_total")
+    if prompt and gen is not None and gen < max(running + [1]) and (cap is None or max(running) < cap):
+        # The running requests prefill (prompt tokens advance, next to no token is generated)
+        # while others wait below the cap: a long prompt holds the step's token budget, chunk
+        # after chunk, and the short requests behind it are not admitted. Not a limit that
+        # admits more: neither the cap nor a plateau of decoding requests.
+        ev.update(prompt_tokens_in_window=prompt, generation_tokens_in_window=gen,
+                  running_max=max(running), cap_known=cap is not None)
+        return _cause("head_of_line_blocking", "warning", ev, _hol_advice(last.get("version")))
     steps = _delta(first, last, "engine_steps_total")
     batched = _delta(first, last, "batched_tokens_total")
     per_step = batched / float(steps) if steps and batched is not None else None

@@ -115,3 +115,18 @@ def test_repeated_series_lists_each_series_once_with_every_value_in_file_order()
     samples, _types = parse('a{x="1",y="2"} 1\nb 5\na{y="2",x="1"} 2\nb 5\nc 1\na{x="1",y="2"} 3\n')
     assert repeated_series(samples) == [("a", {"x": "1", "y": "2"}, [1.0, 2.0, 3.0]),
                                         ("b", {}, [5.0, 5.0])]
+
+
+@pytest.mark.parametrize("prefix, field", [("process_start_time_seconds ", "process_start_time"),
+                                           ('http_requests_total{', "http_requests_total")])
+def test_the_edge_counters_of_a_repeated_series_are_not_read(prefix, field):
+    # what the canary analysis reads beside the engine (a restart, 5xx answers): a repeated
+    # series gives no value (None), and the normaliser names it as for any other series
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._vllm_metrics import edge_counters
+    text = fixtures.read(os.path.join(fixtures.METRICS, "vllm-0.32.0-cpu-busy-1.txt"))
+    samples = parse(text)[0]
+    assert edge_counters(samples)[field] is not None
+    repeated, _line = repeat(text, prefix)
+    samples = parse(repeated)[0]
+    assert edge_counters(samples)[field] is None
+    assert prefix.rstrip("{ ") in [e["field"] for e in normalize(samples)["invalid"]]

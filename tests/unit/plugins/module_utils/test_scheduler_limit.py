@@ -69,3 +69,26 @@ def test_a_plateau_without_room_for_a_prompt_is_not_called_a_scheduler_limit():
 
 def test_it_is_a_cause_id_the_roles_and_rules_know():
     assert "scheduler_limit" in CAUSE_IDS
+
+
+# A long prompt in prefill (derived: its prompt tokens advance by a 512-token chunk a step, next
+# to no token is generated), one running below the cap, short requests waiting behind it. vLLM
+# 0.32.0's scheduler gives the running request its chunk from the step's budget first
+# (v1/core/sched/scheduler.py, schedule()): nothing is left to admit the waiting ones.
+PREFILL = {"requests_running": 1, "requests_waiting": 6, "kv_cache_usage": 0.05,
+           "used_blocks_estimate": 50, "+generation_tokens": 0, "+engine_steps": 4,
+           "+batched_tokens": 2048, "+prompt_tokens": 2048, "version": "0.32.0"}
+
+
+def test_a_long_prompt_in_prefill_is_head_of_line_blocking_with_or_without_the_cap():
+    for kwargs in ({"max_num_seqs": 16}, {}, {"max_num_seqs": 16, "limits": {"max_num_batched_tokens": 512}}):
+        r = diagnose(window(PREFILL, PREFILL, PREFILL), **kwargs)
+        assert ids(r) == ["head_of_line_blocking"], (kwargs, r["causes"])
+        ev = r["causes"][0]["evidence"]
+        assert ev["prompt_tokens_in_window"] == 4096 and ev["generation_tokens_in_window"] == 0
+        assert ev["cap_known"] is ("max_num_seqs" in kwargs)
+    # the --max-num-active-seqs plateau of decoding requests stays scheduler_limit
+    assert ids(diagnose(window(PLATEAU, PLATEAU, PLATEAU), max_num_seqs=128)) == ["scheduler_limit"]
+    # at the cap, prefilling or not, it is the cap
+    full = dict(PREFILL, requests_running=16)
+    assert ids(diagnose(window(full, full, full), max_num_seqs=16)) == ["concurrency_cap"]
