@@ -115,6 +115,13 @@ class _Verdicts(object):
         return not self.enough
 
 
+def _both(first, second):
+    def watch(window):
+        first(window)
+        second(window)
+    return watch
+
+
 def run_analysis(canary, baseline, connect, duration, interval, min_requests=DEFAULT_MIN_REQUESTS,
                  thresholds=None, defaults=None, warmup=0, max_duration=None):
     """Sample canary and baseline (lists of targets: name, url, the scheduler limits) for
@@ -131,12 +138,9 @@ def run_analysis(canary, baseline, connect, duration, interval, min_requests=DEF
     for side, targets in (("canary", canary), ("baseline", baseline or [])):
         for target in targets:
             limits = target_limits(defaults or {}, target)
-            critical = _proves_critical(limits, stop) if side == "canary" else None
-            watch = critical
+            watch = _proves_critical(limits, stop) if side == "canary" else None
             if side == "canary" and not any(w[0] == "canary" for w in windows):
-                def watch(window, critical=critical):
-                    critical(window)
-                    plan.watch(window)
+                watch = _both(watch, plan.watch)   # the first canary server paces the verdicts
             windows.append((side, target, limits, TargetWindow(
                 target, connect, samples_in(warmup + duration, interval), interval, _judge(limits),
                 extend=True, watch=watch, stop=stop, more=plan.more,
