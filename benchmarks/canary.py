@@ -1,13 +1,16 @@
 """The canary analysis (plugins/module_utils/_canary.py) on real paired captures (vLLM CPU
 0.32.0 under one load; tests/fixtures/metrics, pairs canary-*): how often identical settings are
-failed, how soon a bad canary is failed, and the analysis's CPU per target per sample."""
+failed, how soon a bad canary is failed (at the end of its window, and by the early verdict of
+_analysis_run: a fail at early_alpha in early_intervals evaluations in a row), and the
+analysis's CPU per target per sample. Derived cases (a 5xx canary, a restart, a canary the
+load balancer forgot) are the captures with the one change each names, as in the unit tests."""
 
 from __future__ import annotations
 
 import copy
 import time
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import analyse
+from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import DEFAULT_THRESHOLDS, analyse
 from ansible_collections.kvfleet.vllm.tests.unit import fixtures
 
 INTERVAL_S = 1.0   # the captures' spacing (tests/support/capture_fixtures.py canary-pairs)
@@ -46,6 +49,65 @@ def first_fail(condition, **limits):
     return {"samples": None, "seconds": None, "named": []}
 
 
+def _with_5xx(samples, share=0.5):
+    out = copy.deepcopy(samples)
+    for snap in out:
+        done = snap.get("requests_finished_total") or 0
+        snap["http_5xx_total"] = int(round(done * share / (1 - share)))
+        snap["http_requests_total"] = done + snap["http_5xx_total"]
+    return out
+
+
+def _restarted(samples, at=5):
+    """The canary restarted after `at` samples: gone for two, then a new process at zero."""
+    out = copy.deepcopy(samples[:at])
+    for k in range(2):
+        out.append({"url": "x", "time": samples[at + k]["time"], "healthy": False, "error": "refused"})
+    fresh = copy.deepcopy(fixtures.replay("idle"))
+    for k, snap in enumerate(fresh * 6):
+        snap = copy.deepcopy(snap)
+        snap["time"] = samples[min(at + 2 + k, len(samples) - 1)]["time"] + 0.001 * k
+        snap["process_start_time"] = samples[0]["process_start_time"] + 500
+        out.append(snap)
+    return out[:len(samples)]
+
+
+def early_decision(canary, baseline, limits, bad_from=0):
+    """When the early verdict ends the window (as _analysis_run._Verdicts, with the defaults):
+    the sample at which a fail at early_alpha holds for early_intervals evaluations in a row
+    (with every check made, or no request at all, or a restart or critical cause), in seconds
+    from the canary's first bad sample (bad_from), and what it named."""
+    th = dict(DEFAULT_THRESHOLDS, alpha=DEFAULT_THRESHOLDS["early_alpha"])
+    fails = 0
+    for n in range(3, len(canary) + 1):
+        res = analyse([_target("canary", canary[:n], **limits)], [_target("baseline", baseline[:n], max_num_seqs=16)],
+                      thresholds=th)
+        whole = res["requests"]["canary"] >= 20 or (res["requests"]["canary"] == 0 and any(
+            c["metric"] == "traffic_share" and c["result"] == "fail" for c in res["checks"]))
+        fails = fails + 1 if res["verdict"] == "fail" and (whole or "fails at once" in res["reason"]) else 0
+        if fails >= DEFAULT_THRESHOLDS["early_intervals"]:
+            named = (["restart (process_start_time_seconds)"] if "restarted in the window" in res["reason"] else
+                     [c["metric"] for c in res["checks"] if c["result"] == "fail"] or
+                     [c["id"] for c in res["causes"] if c.get("severity") == "critical"])
+            return {"samples": n, "seconds": (n - 1 - bad_from) * INTERVAL_S, "named": named}
+    return {"samples": None, "seconds": None, "named": []}
+
+
+def decisions():
+    """Seconds from the first bad sample to the early verdict, per bad canary."""
+    same_c, same_b = fixtures.replay("canary-same-canary"), fixtures.replay("canary-same-baseline")
+    out = {}
+    for name, cond, limits in (("small kv cache", "canary-small-kv", {"max_num_seqs": 16}),
+                               ("low max num seqs", "canary-low-seqs", {"max_num_seqs": 4}),
+                               ("no traffic (load balancer forgot it)", "canary-idle", {"max_num_seqs": 16})):
+        out[name] = early_decision(fixtures.replay(cond + "-canary"), fixtures.replay(cond + "-baseline"), limits)
+    out["5xx for half its answers (derived)"] = early_decision(_with_5xx(same_c), _with_5xx(same_b, 0.0),
+                                                               {"max_num_seqs": 16})
+    out["restarted mid-window (derived)"] = early_decision(_restarted(same_c), same_b, {"max_num_seqs": 16},
+                                                           bad_from=5)
+    return out
+
+
 def cpu_per_target_sample(reps):
     canary, baseline = fixtures.replay("canary-same-canary"), fixtures.replay("canary-same-baseline")
     targets = [_target("canary", canary)], [_target("baseline", baseline)]
@@ -57,12 +119,13 @@ def cpu_per_target_sample(reps):
 
 
 def bench(smoke):
-    windows = [10] if smoke else [6, 10, 15]
+    windows = [10] if smoke else [6, 10, 15, 20]
     out = {"false_fail": [], "time_to_fail": {}, "cpu_ms_per_target_sample": None}
     for w in windows:
         n, verdicts = false_fails(w)
         out["false_fail"].append({"window_samples": w, "analyses": n, "verdicts": verdicts,
                                   "false_fail_rate": verdicts.get("fail", 0) / float(n)})
+    out["early"] = decisions()
     out["time_to_fail"]["small_kv_cache"] = first_fail("canary-small-kv", max_num_seqs=16)
     out["time_to_fail"]["low_max_num_seqs"] = first_fail("canary-low-seqs", max_num_seqs=4)
     out["cpu_ms_per_target_sample"] = cpu_per_target_sample(3 if smoke else 20) * 1000.0

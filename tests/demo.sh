@@ -57,6 +57,7 @@ case "${1:-up}" in
     say "2/5 Podman and the Debian 12 systemd image"
     bash "$HERE/hosts/setup-host.sh"
     bash "$HERE/hosts/build-image.sh"
+    bash "$HERE/hosts/build-vllm-image.sh"
     say "3/5 three hosts: kvfleet-node1..3"
     molecule_fleet create
     molecule_fleet prepare

@@ -10,6 +10,8 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 . "$HERE/hosts/env.sh"
 bash "$HERE/hosts/setup-host.sh"
 bash "$HERE/hosts/build-image.sh"
+# the fleet's hosts start with the pinned vLLM in place (one install, not one per host)
+if [[ " $* " == *" fleet "* ]] || [ $# -eq 0 ]; then bash "$HERE/hosts/build-vllm-image.sh"; fi
 # Molecule keeps its state under $HOME (.ansible/tmp, .cache): give it one of ours
 export HOME="$HOSTS_STATE/home"; mkdir -p "$HOME"
 [ -z "$KVFLEET_ARTIFACTS" ] || mkdir -p "$KVFLEET_ARTIFACTS"

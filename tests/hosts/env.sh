@@ -4,3 +4,5 @@ export HOSTS_STATE="${HOSTS_STATE:-${KVFLEET_CACHE:-/var/tmp/kvfleet}/podman}"
 export CONTAINERS_CONF="$HOSTS_STATE/etc/containers.conf"
 export CONTAINERS_STORAGE_CONF="$HOSTS_STATE/etc/storage.conf"
 export KVFLEET_IMAGE="${KVFLEET_IMAGE:-localhost/kvfleet-debian-systemd:12}"
+# the fleet scenario's hosts: the same with the pinned vLLM CPU in its venv (build-vllm-image.sh)
+export KVFLEET_VLLM_IMAGE="${KVFLEET_VLLM_IMAGE:-localhost/kvfleet-debian-systemd-vllm:12}"
