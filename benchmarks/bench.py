@@ -740,8 +740,8 @@ def markdown(res):
                       "| bad canary | decided at sample | seconds after its first bad sample | named |",
                       "|---|---|---|---|"]
             for name, r in sorted(c["early"].items()):
-                lines.append("| %s | %s | %s | %s |" % (name, r["samples"] or "never", r["seconds"]
-                                                         if r["seconds"] is not None else "-",
+                seconds = r["seconds"] if r["seconds"] is not None else "-"
+                lines.append("| %s | %s | %s | %s |" % (name, r["samples"] or "never", seconds,
                                                          ", ".join(r["named"]) or "-"))
         lines += ["", "| bad canary | failed after (samples, from its first) | named |", "|---|---|---|"]
         for name, r in sorted(c["time_to_fail"].items()):

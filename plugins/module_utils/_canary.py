@@ -713,16 +713,16 @@ def _traffic(canary_windows, hosts, min_requests, th):
     share = finished / expected if expected else 0.0
     if finished >= floor:
         entry.update(result="pass", why="%d requests finished, %.0f%% of the median baseline server's "
-                     "%.1f in the same time (at least %.0f%%)" % (finished, 100 * share, expected,
-                                                                    100 * th["traffic_share_min"]))
+                     "%.1f in the same time (at least %.0f%%)" % (
+                         finished, 100 * share, expected, 100 * th["traffic_share_min"]))
         return entry
     hint = ("it held up to %d request(s) at once, so it is slow to finish them" % held if held else
             "it held no request: not back in the load balancer?")
     entry.update(result="candidate", test="poisson", p_value=float("%.4g" % poisson_cdf(finished, floor)),
                  effect=_effect(mine, median), held=held,
                  why_base="%d requests finished, %.0f%% of the median baseline server's %.1f in the same "
-                          "time (below %.0f%%): %s" % (finished, 100 * share, expected,
-                                                      100 * th["traffic_share_min"], hint))
+                          "time (below %.0f%%): %s" % (
+                              finished, 100 * share, expected, 100 * th["traffic_share_min"], hint))
     return entry
 
 

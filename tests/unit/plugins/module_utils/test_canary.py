@@ -200,13 +200,14 @@ def test_a_canary_far_below_its_share_fails_and_a_fair_share_passes():
     # fair share; a canary that finished a tenth of what the same time brought the baseline is not
     from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import _traffic
     th = dict(DEFAULT_THRESHOLDS)
+
     def window(finished, seconds, held=0):
         return {"usable": True, "finished": finished, "seconds": seconds, "held": held}
     ok = _traffic([window(100, 50.0)], [("a", [window(120, 50.0)]), ("b", [window(90, 50.0)])], 20, th)
     assert ok["result"] == "pass" and ok["baseline"] == pytest.approx(2.1)
-    low = _traffic([window(23, 300.0)], [("a", [window(600, 300.0)]), ("b", [window(610, 300.0)]),
-                                          ("c", [window(590, 300.0)])], 20, th)
-    # 23 requests in 300 s beside 2/s: the "0.07 requests/s" canary
+    low = _traffic([window(23, 300.0)],
+                   [("a", [window(600, 300.0)]), ("b", [window(610, 300.0)]), ("c", [window(590, 300.0)])], 20, th)
+    # 23 requests in 300 s (0.07 requests/s) beside servers at 2 requests/s
     assert low["result"] == "candidate" and low["p_value"] < 1e-20
     slow = _traffic([window(2, 20.0, held=14)], [("a", [window(40, 20.0)])], 20, th)
     assert "held up to 14 request(s)" in slow["why_base"]

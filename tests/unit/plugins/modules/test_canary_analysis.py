@@ -174,7 +174,7 @@ def test_an_idle_fleet_is_inconclusive_and_its_decision_follows_the_policy(run_m
     assert result["decision"]["why"].startswith("analysis inconclusive, not judged; kept")
     replay(servers)
     failed, result = run_module(canary_analysis, args(baseline=[BASELINE], fail_on=["fail", "inconclusive"],
-                                                       inconclusive="fail"))
+                                                      inconclusive="fail"))
     assert failed and result["decision"]["keep"] is False
 
 
