@@ -742,7 +742,7 @@ def markdown(res):
             for name, r in sorted(c["early"].items()):
                 seconds = r["seconds"] if r["seconds"] is not None else "-"
                 lines.append("| %s | %s | %s | %s |" % (name, r["samples"] or "never", seconds,
-                                                         ", ".join(r["named"]) or "-"))
+                                                        ", ".join(r["named"]) or "-"))
         lines += ["", "| bad canary | failed after (samples, from its first) | named |", "|---|---|---|"]
         for name, r in sorted(c["time_to_fail"].items()):
             when = "%s (%s s)" % (r["samples"], r["seconds"]) if r["samples"] else "never"
