@@ -44,6 +44,9 @@ LAYOUT = {
     "command": "/usr/local/bin/kvfleet-vllm",
     # what the last verified deploy left on the host (module_utils/_converged.py); root only
     "converged_state": "/var/lib/kvfleet/converged.json",
+    # root's own readings of each instance's memory (the monitor role's watchdog writes them,
+    # beside its state): what memory_growth is judged on before root restarts anything
+    "watchdog_memory": "/var/lib/kvfleet/watchdog/memory.jsonl",
 }
 
 # an instance name as the server role accepts it (plugin_utils/_instances.py)

@@ -46,6 +46,7 @@ import re
 import shlex
 import socket
 import ssl
+import stat
 import subprocess
 import sys
 import time
@@ -1024,14 +1025,26 @@ def _wait_idle(inst, timeout):
 
 
 def monitor_memory_growth(cfg, inst):
-    """memory_growth from the monitor's history (kvfleet.vllm.monitor, its configuration beside
-    the guard's), or None: a leak shows over hours of samples, not in the guard's short gate."""
+    """memory_growth for the guard's when_degraded, or None. A leak shows over hours of samples,
+    not in the guard's short gate; the monitor's history has them, but its unprivileged user
+    writes it, and forged lines must not make root restart anything. So, as the watchdog does,
+    the growth is judged on root's own readings (the watchdog's memory record,
+    LAYOUT['watchdog_memory'], root-owned and written by no one else) and this run's own
+    reading of the unit; the thresholds come from the monitor's configuration. Without such a
+    record (no watchdog with memory_growth), memory_growth cannot be confirmed, and says so."""
     path = cfg.get("monitor_config")
     if not path or not os.path.exists(path):
         return None
     monitor = load_config(path)
-    past = [h for h in _read_history(monitor["history"]) if h.get("instance") == inst["name"]]
-    return memory_growth(past, monitor.get("memory"))
+    record = cfg.get("memory_record") or LAYOUT["watchdog_memory"]
+    own = [p for p in _read_history(record, root_only=True) if p.get("instance") == inst["name"]]
+    if not own:
+        log(INFO, "%s: memory_growth is judged on root's own memory readings (%s, the monitor's "
+            "watchdog with memory_growth among its causes), and there are none: not a cause here"
+            % (inst["unit"], record))
+        return None
+    now = own_memory_point(inst)
+    return memory_growth(own + ([now] if now else []), monitor.get("memory"))
 
 
 def restart_one(cfg, inst):
@@ -1199,16 +1212,42 @@ def restart_guard(args):
     return 1 if set(outcomes.values()) & {"failed", "drain-failed", "analysis-failed"} else 0
 
 
-def _read_history(path, limit_bytes=4 * 1024 * 1024):
-    """The newest lines of the history (the tail of the file is enough for trends)."""
+def _read_regular(path, limit_bytes, root_only=False):
+    """(size, the last limit_bytes) of a regular file, never following a link, never opening a
+    FIFO, a device or a socket (the path may be another user's: root reads the monitor's
+    history); root_only: the file must be root's and writable by no one else. None otherwise."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - limit_bytes))
-            data = f.read().decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (root_only and (st.st_uid != 0 or st.st_mode & 0o022)):
+            return None
+        size = st.st_size
+        os.lseek(fd, max(0, size - limit_bytes), os.SEEK_SET)
+        chunks, total = [], 0
+        while total < limit_bytes:   # never more than the cap, whatever the file grows to meanwhile
+            chunk = os.read(fd, min(65536, limit_bytes - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return size, b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_history(path, limit_bytes=4 * 1024 * 1024, root_only=False):
+    """The newest lines of the history (the tail of the file is enough for trends): a regular
+    file only, read up to limit_bytes (_read_regular)."""
+    read = _read_regular(path, limit_bytes, root_only=root_only)
+    if read is None:
         return []
+    size, raw = read
+    data = raw.decode("utf-8", "replace")
     lines = data.splitlines()
     if size > limit_bytes:
         lines = lines[1:]  # the first one is cut

@@ -3,6 +3,7 @@ starts a unit that was stopped, and never restarts one still within its health t
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -101,13 +102,17 @@ def _monitor_config(tmp_path, history):
     return str(path)
 
 
-def test_when_degraded_restarts_for_memory_growth_from_the_monitor_history(host, monkeypatch, capsys, tmp_path):
-    """A healthy gate, but the monitor's history shows a leak: the guard restarts (and says why)."""
+def test_when_degraded_restarts_for_memory_growth_on_roots_own_readings(host, monkeypatch, capsys, tmp_path):
+    """A healthy gate, but root's own memory record (the watchdog's) shows a leak: the guard
+    restarts (and says why); the thresholds are the monitor's."""
     monkeypatch.setattr(prog, "_wait_idle", lambda inst, timeout: {})
     monkeypatch.setattr(prog, "run_gate", lambda *a, **k: {"verdict": "healthy", "causes": []})
-    _leaking_history(tmp_path / "history.jsonl")
-    cfg = {"mode": "when_degraded", "causes": ["engine_down", "memory_growth"],
-           "monitor_config": _monitor_config(tmp_path, tmp_path / "history.jsonl")}
+    monkeypatch.setattr(prog, "own_memory_point", lambda inst: None)
+    _leaking_history(tmp_path / "memory.jsonl")
+    if os.geteuid() != 0:
+        pytest.fail("the guard's unit tests run as root (the record must be root's)")
+    cfg = {"mode": "when_degraded", "causes": ["engine_down", "memory_growth"], "memory_record": str(tmp_path / "memory.jsonl"),
+           "monitor_config": _monitor_config(tmp_path, tmp_path / "absent-history.jsonl")}
     with pytest.raises(AssertionError, match="systemctl', 'restart'"):
         prog.restart_one(cfg, INST)
     out = capsys.readouterr().out
@@ -115,10 +120,28 @@ def test_when_degraded_restarts_for_memory_growth_from_the_monitor_history(host,
     assert '"growth_ratio": 0.5' in out
 
 
+def test_a_forged_monitor_history_never_makes_the_guard_restart(host, monkeypatch, capsys, tmp_path):
+    """Forty lines of growth written into the monitor user's history: root's own record has
+    none of it, so there is nothing to restart for; a record another user may write is not
+    root's own either."""
+    monkeypatch.setattr(prog, "run_gate", lambda *a, **k: {"verdict": "healthy", "causes": []})
+    monkeypatch.setattr(prog, "own_memory_point", lambda inst: None)
+    _leaking_history(tmp_path / "history.jsonl", hours=20)
+    cfg = {"mode": "when_degraded", "causes": ["memory_growth"], "memory_record": str(tmp_path / "memory.jsonl"),
+           "monitor_config": _monitor_config(tmp_path, tmp_path / "history.jsonl")}
+    assert prog.restart_one(cfg, INST) == "skipped"
+    assert host.calls == []
+    assert "judged on root's own memory readings" in capsys.readouterr().out
+    _leaking_history(tmp_path / "memory.jsonl")
+    os.chmod(tmp_path / "memory.jsonl", 0o666)
+    assert prog.restart_one(cfg, INST) == "skipped" and host.calls == []
+
+
 def test_memory_growth_restarts_only_when_it_is_among_the_causes(host, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(prog, "run_gate", lambda *a, **k: {"verdict": "healthy", "causes": []})
-    _leaking_history(tmp_path / "history.jsonl")
-    cfg = {"mode": "when_degraded", "causes": ["engine_down"],
+    monkeypatch.setattr(prog, "own_memory_point", lambda inst: None)
+    _leaking_history(tmp_path / "memory.jsonl")
+    cfg = {"mode": "when_degraded", "causes": ["engine_down"], "memory_record": str(tmp_path / "memory.jsonl"),
            "monitor_config": _monitor_config(tmp_path, tmp_path / "history.jsonl")}
     assert prog.restart_one(cfg, INST) == "skipped"
     assert "causes ['memory_growth']; a restart cures only engine_down" in capsys.readouterr().out
@@ -285,3 +308,40 @@ def test_when_degraded_reads_a_group_heads_links_and_restarts_the_group_on_the_h
     assert read == [("vllm-g0.service", None, "head", 2)]
     assert done[0] == ["systemctl", "stop", "vllm-g0.service"] and done[-1] == ["systemctl", "start", "vllm-g0.service"]
     assert "restarting: group_member_lost found" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "device", "too_big"])
+def test_root_reads_only_a_regular_file_and_never_more_than_the_cap(tmp_path, kind):
+    """_read_history runs as root on a path the monitor's user controls: a link is not followed,
+    a FIFO is not opened for reading (it would hang), a device is refused (/dev/zero raised
+    MemoryError), and a big file is read only up to the cap."""
+    import json
+    path = tmp_path / "history.jsonl"
+    line = json.dumps({"instance": "main", "time": 1.0}) + "\n"
+    if kind == "symlink":
+        (tmp_path / "real.jsonl").write_text(line)
+        os.symlink(tmp_path / "real.jsonl", path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        os.symlink("/dev/zero", tmp_path / "zero")
+        path = "/dev/zero"
+    else:
+        path.write_text(line * 1000)
+    t0 = time.time()
+    got = prog._read_history(str(path), limit_bytes=len(line) * 10)
+    assert time.time() - t0 < 5
+    if kind == "too_big":
+        assert 9 <= len(got) <= 10   # the cap's lines, the first one cut
+    else:
+        assert got == []
+
+
+def test_the_guard_and_the_watchdog_share_roots_memory_record():
+    """The guard reads LAYOUT['watchdog_memory']; the watchdog writes memory.jsonl beside its
+    state (the monitor role's __monitor_watchdog_state)."""
+    import yaml
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._layout import LAYOUT
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "monitor", "vars", "main.yml")) as f:
+        state = yaml.safe_load(f)["__monitor_watchdog_state"]
+    assert os.path.join(os.path.dirname(state), "memory.jsonl") == LAYOUT["watchdog_memory"]

@@ -197,3 +197,11 @@ def test_ray_group_units_start_the_nodes_from_the_venv_and_the_head_after_its_no
     assert '"--address" "10.0.0.1:6379"' in worker_node
     for key, path in paths.items():
         assert exposure(path)[0] <= UNITS["vllm-main.service"][2], key
+
+
+@pytest.mark.parametrize("unit", ["kvfleet-vllm-restart.service", "kvfleet-vllm-watchdog.service"])
+def test_the_root_units_that_read_other_users_files_have_a_memory_bound(tmp_path, unit):
+    # the guard and the watchdog read the monitor user's history as root: bounded reads in the
+    # program, and a bound on the unit besides
+    with open(render("cpu", str(tmp_path))[unit], encoding="utf-8") as f:
+        assert re.search(r"^MemoryMax=512M$", f.read(), re.M)
