@@ -7,6 +7,8 @@ diagnose report's charts, as inline SVG. Stdlib only."""
 
 from __future__ import annotations
 
+import html
+
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import finite, history_series
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._outcome import OUTCOMES, SERVING
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import failed_checks
@@ -91,8 +93,8 @@ def _is_number(value):
 
 
 def _esc(text):
-    return (str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            .replace('"', "&quot;"))
+    # quotes of both kinds too: text may end up in an attribute
+    return html.escape(str(text), quote=True)
 
 
 # Grafana's classic palette: the report draws up to 3 series a chart, the dashboard rendering more
