@@ -311,6 +311,11 @@ def _build(instances, settings):
             raise InstanceError("%s.options must be a dictionary of vLLM options" % where)
         if not isinstance(inst_extra, list):
             raise InstanceError("%s.extra_args must be a list of arguments" % where)
+        if not isinstance(settings.get("extra_args") or [], (list, tuple)):
+            # a string would be taken one character at a time: refuse it, naming the variable
+            raise InstanceError("%sextra_args must be a list of arguments, such as [\"--enforce-eager\"] or "
+                                "[\"--max-num-batched-tokens\", \"8192\"]; got the string %r"
+                                % (prefix, str(settings.get("extra_args"))[:80]))
 
         options = {}
         for source in (settings.get("options") or {}, inst_options):

@@ -75,6 +75,15 @@ def test_extra_args_win_like_vllms_parser():
     assert inst["url"] == "http://127.0.0.1:9001"
 
 
+def test_role_level_extra_args_as_a_string_is_refused_naming_the_variable():
+    # a string would be taken one character at a time ("-", "-", "e", ...): refused, with the fix
+    with pytest.raises(InstanceError) as err:
+        one(extra_args="--enforce-eager")
+    assert str(err.value).startswith("vllm_server_extra_args must be a list of arguments")
+    assert "'--enforce-eager'" in str(err.value)
+    assert one(extra_args=["--enforce-eager"])
+
+
 @pytest.mark.parametrize("how", [
     {"options": {"host": "0.0.0.0"}},
     {"extra_args": ["--host", "0.0.0.0"]},
