@@ -141,6 +141,13 @@ def _monitor_history_assert_holds(history_file):
     ("/etc/kvfleet/history.jsonl", False),                # the configuration
     ("/var/lib/kvfleet/monitor/../history.jsonl", False),
     ("/var/lib/kvfleet//history.jsonl", False),
+    # an allowlist, not a denylist: system and secret folders are refused however they are named
+    ("/etc/vllm/history.jsonl", False),                   # environment files with API keys
+    ("/opt/kvfleet/history.jsonl", False),
+    ("/etc/systemd/system/history.jsonl", False),
+    ("/root/history.jsonl", False),
+    ("/var/lib/dpkg/history.jsonl", False),
+    ("/var/log/kvfleet/history.jsonl", True),
 ])
 def test_the_history_folder_handed_to_the_sampler_holds_nothing_of_roots(history_file, holds):
     assert _monitor_history_assert_holds(history_file) is holds
