@@ -38,7 +38,8 @@ import os
 import socket
 import struct
 
-__all__ = ["MAX_PIDS", "engine_links", "head_links", "links_per_engine", "local_engines", "process_tree"]
+__all__ = ["MAX_PIDS", "engine_links", "head_links", "links_per_engine", "local_engines", "port_owner",
+           "process_tree"]
 
 _ESTABLISHED, _LISTEN = "01", "0A"
 MAX_PIDS = 4096
@@ -110,6 +111,71 @@ def _tcp_rows(proc):
             except (IndexError, ValueError):
                 continue
     return rows
+
+
+def _listening_inodes(port, proc):
+    """The inodes of this network namespace's TCP sockets that listen on `port` (any address)."""
+    inodes = set()
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(os.path.join(proc, "net", name)) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            try:
+                if parts[3].upper() == "0A" and _endpoint(parts[1])[1] == port:
+                    inodes.add(parts[9])
+            except (IndexError, ValueError):
+                continue
+    return inodes
+
+
+def port_owner(main_pid, port, proc="/proc"):
+    """(True, None) when something listens on TCP `port` and every process holding such a socket
+    is main_pid or one of its descendants (a unit's own server); else (False, why). Root reads
+    every /proc/<pid>/fd; a process whose descriptors cannot be read counts against (we cannot
+    tell it is not the listener). Before a secret goes to a port, so that a process that bound
+    it between a stop and the server's own bind gets nothing."""
+    inodes = _listening_inodes(port, proc)
+    if not inodes:
+        return False, "nothing listens on port %d" % port
+    ours = set(process_tree(main_pid, proc)) if main_pid and main_pid > 0 else set()
+    wanted = set("socket:[%s]" % i for i in inodes)
+    holders, unreadable = set(), []
+    try:
+        names = os.listdir(proc)
+    except OSError as exc:
+        return False, "cannot read %s: %s" % (proc, exc)
+    for name in names:
+        if not name.isdigit():
+            continue
+        folder = os.path.join(proc, name, "fd")
+        try:
+            fds = os.listdir(folder)
+        except FileNotFoundError:
+            continue   # exited while we read
+        except OSError:
+            if int(name) not in ours:
+                unreadable.append(int(name))
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(os.path.join(folder, fd)) in wanted:
+                    holders.add(int(name))
+                    break
+            except OSError:
+                continue
+    strangers = sorted(holders - ours)
+    if strangers:
+        return False, "process(es) %s outside the unit (main PID %s) listen on port %d" % (
+            ", ".join(str(p) for p in strangers[:5]), main_pid, port)
+    if not holders:
+        return False, ("no process of the unit (main PID %s) holds the socket listening on port %d%s" % (
+            main_pid, port, "; the descriptors of %d process(es) cannot be read (not root?)" % len(unreadable)
+            if unreadable else ""))
+    return True, None
 
 
 def _uid(pid, proc):

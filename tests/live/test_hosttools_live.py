@@ -52,13 +52,21 @@ def test_gate_on_a_dead_server_exits_2_with_engine_down(tmp_path):
     assert [c["id"] for c in json.loads(proc.stdout)["causes"]] == ["engine_down"]
 
 
-def test_wait_healthy_returns_when_health_answers(tmp_path, idle_server):
+def test_wait_healthy_trusts_only_the_units_own_server(tmp_path, idle_server):
+    # a real vLLM answers /health on the port, but it is no process of the unit (no such unit
+    # here): wait-healthy says so and fails, so that warmup never sends it the API key
     prog = install(tmp_path)
-    # no such unit here: systemctl reports nothing, so only /health decides
     proc = run(prog, "wait-healthy", "--unit", "kvfleet-test-none.service", "--url", idle_server.url,
                "--timeout", "30")
-    assert proc.returncode == 0, proc.stderr
-    assert "healthy after" in proc.stdout
+    assert proc.returncode == 1, proc.stdout
+    assert "something answers /health" in proc.stderr and "not the unit's own server" in proc.stderr
+    # and warmup, given the unit, sends no key to it
+    env = tmp_path / "main.env"
+    env.write_text("VLLM_API_KEY=kvfleet-canary-key\n")
+    env.chmod(0o600)
+    proc = run(prog, "warmup", "--url", idle_server.url, "--unit", "kvfleet-test-none.service",
+               "--env-file", str(env), "--timeout", "10")
+    assert proc.returncode == 1 and "not sending the API key" in proc.stdout, proc.stdout
 
 
 def record(tmp_path, instances):

@@ -60,7 +60,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._converged import (  
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import (  # noqa: E402
     add_rates, diagnose, memory_growth, since_last_down)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import (  # noqa: E402
-    head_links, local_engines, process_tree)
+    head_links, local_engines, port_owner, process_tree)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import record_limits  # noqa: E402
 from ansible_collections.kvfleet.vllm.plugins.module_utils._group_order import (  # noqa: E402
     restart_order, systemctl_steps)
@@ -761,8 +761,26 @@ def journal_tail(unit, since=None, lines=15, scan=400):
     return text
 
 
+def _url_port(url):
+    parts = urlsplit(url)
+    return parts.port or (443 if parts.scheme == "https" else 80)
+
+
+def unit_owns(unit, url, proc="/proc"):
+    """(True, None) when the unit's own server (its main process or a descendant) is what
+    listens on the URL's port; else (False, why)."""
+    try:
+        main = int(unit_state(unit).get("MainPID") or 0)
+    except ValueError:
+        main = 0
+    return port_owner(main, _url_port(url), proc)
+
+
 def wait_healthy(args):
-    """Exit 0 once /health answers 200; exit 1 at once if the unit fails or restarts."""
+    """Exit 0 once /health answers 200 from the unit's own server (the listener on the port is
+    its main process or a descendant: a local user who binds the port between the stop and
+    vLLM's own bind is not taken for it, and warmup sends the API key only after this); exit 1
+    at once if the unit fails or restarts, or if another process answers."""
     start = time.time()
     restarts = unit_state(args.unit)["NRestarts"]
     try:
@@ -780,6 +798,11 @@ def wait_healthy(args):
                   file=sys.stderr)
             return 1
         if fetch("/health").status == 200:
+            ours, why = unit_owns(args.unit, args.url)
+            if not ours:
+                print("%s: something answers /health on %s, but not the unit's own server: %s; nothing "
+                      "is sent to it" % (args.unit, redact_url(args.url), why), file=sys.stderr)
+                return 1
             print("%s healthy after %.1fs" % (args.unit, time.time() - start))
             return 0
         if time.time() - start > args.timeout:
@@ -883,11 +906,20 @@ def warmup(args):
     if args.env_file:
         key = read_env_file(args.env_file).get("VLLM_API_KEY", key)
     headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = "Bearer %s" % key
     base = args.url.rstrip("/")
     start = time.time()
     result = {"url": redact_url(base)}
+    if key and getattr(args, "unit", None):
+        # the key goes to the unit's own server only, never to whatever else answers on its port
+        ours, why = unit_owns(args.unit, base)
+        if not ours:
+            result["error"] = "not sending the API key: %s is not %s's own server (%s)" % (
+                redact_url(base), args.unit, why)
+            json.dump(result, sys.stdout, sort_keys=True)
+            sys.stdout.write("\n")
+            return 1
+    if key:
+        headers["Authorization"] = "Bearer %s" % key
     context = None
     if base.startswith("https:"):
         try:
@@ -1664,6 +1696,7 @@ def main(argv=None):
     p.set_defaults(func=watchdog)
     p = sub.add_parser("warmup", help="one short completion; fails unless tokens come back (JSON)")
     p.add_argument("--url", required=True, type=_base_url)
+    p.add_argument("--unit", help="the instance's unit: the API key goes only to a listener that is its own server")
     p.add_argument("--env-file", help="read VLLM_API_KEY from this file (the instance's 0600 env file)")
     p.add_argument("--prompt", default="Hello")
     p.add_argument("--max-tokens", type=_number("--max-tokens", _MAX_TOKENS, int), default=4)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from ansible_collections.kvfleet.vllm.tests.unit.plugins import hostprog, local_servers as ls
 
@@ -59,7 +60,9 @@ def test_unreadable_tls_files_are_the_instances_error(tmp_path):
 
 
 def test_gate_wait_healthy_and_warmup_take_the_ca_on_the_command_line(monkeypatch, capsys):
-    monkeypatch.setattr(prog, "unit_state", lambda unit: {"ActiveState": "active", "NRestarts": 0})
+    # the server runs in this process: the "unit's" main PID is this one (wait-healthy checks it)
+    monkeypatch.setattr(prog, "unit_state", lambda unit: {"ActiveState": "active", "NRestarts": 0,
+                                                          "MainPID": str(os.getpid())})
     with ls.LocalServer(ls.vllm(), tls="server") as srv:
         tls = ["--ca-file", ls.tls_file("ca.crt")]
         assert prog.main(["gate", "--url", srv.url, "--samples", "2", "--interval", "0"] + tls) == 0
@@ -128,3 +131,29 @@ def test_an_unreadable_ca_or_client_key_is_named():
                                                         client_key="/nonexistent/probe.key"))
     assert not no_ca["healthy"] and "cannot read the CA file /nonexistent/ca.crt" in no_ca["error"]
     assert not no_key["healthy"] and "/nonexistent/probe.key" in no_key["error"]
+
+
+def test_the_api_key_goes_only_to_the_units_own_server(monkeypatch, capsys, tmp_path):
+    # a listener that is not the unit's (its main PID is another process's, one that listens on
+    # nothing): neither healthy nor sent the key; the unit's own (this process) gets it
+    import subprocess
+    import sys
+    env = tmp_path / "main.env"
+    env.write_text("VLLM_API_KEY=kvfleet-canary-key\n")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    with ls.LocalServer(ls.vllm()) as srv:
+        monkeypatch.setattr(prog, "unit_state", lambda unit: {"ActiveState": "active", "NRestarts": 0,
+                                                              "MainPID": str(other.pid)})
+        assert prog.main(["wait-healthy", "--unit", "vllm-a.service", "--url", srv.url, "--timeout", "0"]) == 1
+        assert "not the unit's own server" in capsys.readouterr().err
+        assert prog.main(["warmup", "--url", srv.url, "--unit", "vllm-a.service", "--env-file", str(env),
+                          "--timeout", "5"]) == 1
+        assert "not sending the API key" in capsys.readouterr().out
+        assert not srv.saw_header("Authorization")
+        monkeypatch.setattr(prog, "unit_state", lambda unit: {"ActiveState": "active", "NRestarts": 0,
+                                                              "MainPID": str(os.getpid())})
+        assert prog.main(["warmup", "--url", srv.url, "--unit", "vllm-a.service", "--env-file", str(env),
+                          "--timeout", "5"]) == 0
+        assert srv.saw_header("Authorization")
+    other.kill()
+    other.wait()

@@ -168,3 +168,36 @@ def test_garbage_in_proc_is_skipped_not_fatal(tmp_path):
     assert engine_links(VLLM, API, RPC, p.root)["links"] == 4
     assert sorted(process_tree(500, p.root)) == [500, 510, 520]
     assert process_tree(500, str(tmp_path / "no-proc")) == []
+
+
+# --- who listens on a port (the API key goes to the unit's own server only) -----------------------
+
+def test_the_port_is_owned_by_the_process_tree_that_holds_its_listening_socket():
+    import os
+    import socket
+    import subprocess
+    import sys
+    from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import port_owner
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    try:
+        # this process holds it: its own tree owns the port
+        assert port_owner(os.getpid(), port) == (True, None)
+        # another tree (a child that listens on nothing) does not: this process is a stranger to it
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            ours, why = port_owner(child.pid, port)
+            assert not ours and ("process(es) %d outside the unit" % os.getpid()) in why
+        finally:
+            child.kill()
+            child.wait()
+        # no main PID (a unit systemd does not know): nobody's
+        ours, why = port_owner(0, port)
+        assert not ours and "outside the unit" in why
+    finally:
+        listener.close()
+    # nothing listening at all
+    ours, why = port_owner(os.getpid(), port)
+    assert not ours and why == "nothing listens on port %d" % port
