@@ -1028,18 +1028,33 @@ def load_instances(cfg):
     return out
 
 
+_AUTH_LINE = re.compile(r"(?i)(authorization|x-api-key|cookie)\s*[:=]")
+_SECRETS = re.compile(r"(?i)\b(bearer|basic|token)(\s+|=)[^\s'\"]+")
+
+
+def redact_output(text):
+    """A hook's output fit for the journal: lines that carry an Authorization, API key or cookie
+    header dropped (curl -v prints them), bearer and basic credentials and token=... values
+    masked, credentials in URLs removed."""
+    kept = [scrub(_SECRETS.sub(lambda m: m.group(1) + m.group(2) + "***", line), 2000)
+            for line in text.splitlines() if not _AUTH_LINE.search(line)]
+    return "\n".join(kept)[-2000:]
+
+
 def _hooks(commands, inst, what):
     """Run operator commands (load balancer drain/undrain); the first failure stops."""
     env = dict(os.environ, KVFLEET_INSTANCE=inst["name"], KVFLEET_UNIT=inst["unit"],
                KVFLEET_URL=inst["url"])
-    # Commands are logged by their number, never their text: they may hold credentials.
+    # Commands are logged by their number, never their text: they may hold credentials. The
+    # shell reads each from its standard input (`sh -s`), not from its argv, which every local
+    # user's process list shows while it runs.
     for number, cmd in enumerate(commands, 1):
-        proc = subprocess.run(cmd, shell=True, env=env, capture_output=True, text=True,
+        proc = subprocess.run(["/bin/sh", "-s"], input=cmd + "\n", env=env, capture_output=True, text=True,
                               check=False, timeout=600)
         if proc.returncode:
-            log(ERR, "%s: %s command %d of %d failed (exit %d); its last output:\n%s" % (
+            log(ERR, "%s: %s command %d of %d failed (exit %d); its last output, secrets redacted:\n%s" % (
                 inst["unit"], what, number, len(commands), proc.returncode,
-                (proc.stderr or proc.stdout)[-2000:]))
+                redact_output((proc.stderr or proc.stdout)[-4000:])))
             return False
         log(INFO, "%s: %s command %d of %d done" % (inst["unit"], what, number, len(commands)))
     return True

@@ -282,3 +282,21 @@ def test_warmup_of_a_single_engine_sends_no_rank(capsys):
                                               timeout=5, engines=1))
     assert code == 0 and "engines" not in json.loads(capsys.readouterr().out)
     assert all("X-data-parallel-rank" not in r["headers"] for r in srv.requests)
+
+
+def test_hook_commands_are_not_in_argv_and_their_output_is_redacted(capsys, tmp_path):
+    """A drain hook's command reaches the shell on its standard input (the process list shows
+    `/bin/sh -s`, not the command with its inline token); a failing hook's output goes to the
+    journal without its Authorization lines, bearer tokens or URL credentials."""
+    seen = tmp_path / "argv"
+    cmd = ("cat /proc/$$/cmdline > %s; echo 'lb-token=kvfleet-hook-secret'; "
+           "echo '> Authorization: Bearer kvfleet-hook-secret' >&2; "
+           "echo 'curl: (22) https://ops:kvfleet-pass@lb.internal/drain failed, Bearer kvfleet-hook-secret' >&2; exit 3"
+           % seen)
+    inst = {"name": "main", "unit": "vllm-main.service", "url": "http://127.0.0.1:8000"}
+    assert prog._hooks([cmd], inst, "pre") is False
+    assert seen.read_bytes().rstrip(b"\0").split(b"\0") == [b"/bin/sh", b"-s"]
+    out = capsys.readouterr()
+    logged = out.out + out.err
+    assert "kvfleet-hook-secret" not in logged and "kvfleet-pass" not in logged
+    assert "pre command 1 of 1 failed (exit 3)" in logged and "curl: (22)" in logged
