@@ -49,7 +49,32 @@ def address_ok(value):
 
 def _loopback(bind):
     ip = _ip(bind)
+    if ip is not None and ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
     return bind == "localhost" or (ip is not None and ip.is_loopback)
+
+
+_NUMERIC = re.compile(r"(0[xX][0-9a-fA-F]+|[0-9]+)(\.(0[xX][0-9a-fA-F]+|[0-9]+)){0,3}")
+
+
+def _refused_bind(bind):
+    """Why a record's bind cannot be where a client is sent, or None. The record is the host's own
+    word: an address in a short or numeric form (127.1, 2130706433, 0x7f000001: what inet_aton
+    reads, a loopback in disguise), a link-local one (cloud metadata, 169.254.169.254), a multicast
+    or an unspecified one, plain or IPv4-mapped, would aim the router (and the analysis) at the
+    client host's own services."""
+    if _ip(bind) is None and _NUMERIC.fullmatch(bind):
+        return "an IPv4 address in a short or numeric form"
+    ip = _ip(bind)
+    if ip is None:
+        return None
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for test, words in (("is_link_local", "a link-local address"), ("is_multicast", "a multicast address"),
+                        ("is_unspecified", "the unspecified address")):
+        if getattr(ip, test):
+            return words
+    return None
 
 
 def _host_part(address):
@@ -83,6 +108,10 @@ def reach(rec, address, host="", same_host=False, who="a router on another host"
     elif not address_ok(bind):
         raise RouterError("%s: instance %s: its record's bind is not an IP address or a DNS name: %r"
                           % (host, name, bind))
+    elif _refused_bind(bind):
+        raise RouterError("%s: instance %s: its record's bind %r is %s, which no client is sent to (bind the "
+                          "instance to the host's address, or to every address with vllm_router_backend_address)"
+                          % (host, name, bind, _refused_bind(bind)))
     elif _loopback(bind):
         if not same_host:
             raise RouterError("%s: instance %s listens on %s only: %s cannot reach it (bind it to the "

@@ -51,3 +51,26 @@ def test_tls_backends_are_refused_naming_the_instance(rec):
 def test_bad_input_names_the_field(records, address, match):
     with pytest.raises(RouterError, match=match):
         backend_urls(records, address, host="h")
+
+
+@pytest.mark.parametrize("bind, what", [
+    ("127.1", "short or numeric form"),            # what inet_aton reads as 127.0.0.1
+    ("2130706433", "short or numeric form"),
+    ("0x7f000001", "short or numeric form"),
+    ("0177.0.0.1", "short or numeric form"),
+    ("169.254.169.254", "link-local"),             # cloud metadata
+    ("fe80::1", "link-local"),
+    ("::ffff:169.254.169.254", "link-local"),
+    ("224.0.0.1", "multicast"),
+    ("ff02::1", "multicast"),
+    ("::ffff:0.0.0.0", "unspecified"),
+])
+def test_a_record_cannot_aim_the_router_at_the_router_hosts_own_services(bind, what):
+    with pytest.raises(RouterError, match=r"node1: instance main: its record's bind .* is .*%s" % what):
+        backend_urls([_rec(bind=bind)], "10.0.0.5", host="node1")
+
+
+@pytest.mark.parametrize("bind", ["::ffff:127.0.0.1", "::1", "127.0.0.2"])
+def test_loopback_in_any_notation_is_loopback(bind):
+    with pytest.raises(RouterError, match=r"listens on .* only"):
+        backend_urls([_rec(bind=bind)], "10.0.0.5", host="node1")
