@@ -58,3 +58,14 @@ def test_the_refusal_names_the_accounts_and_the_opt_in():
     task = _task("router", "main.yml", NAME)
     msg = task["ansible.builtin.assert"]["fail_msg"]
     assert "_router_other_users" in msg and "vllm_router_shared_host_ok: true" in msg
+
+
+@pytest.mark.parametrize("account, over", [("vllm", {}), ("kvfleet-monitor", {}),
+                                           ("svc-vllm", {"vllm_server_user": "svc-vllm"})])
+def test_a_vllm_hosts_service_accounts_count_whatever_their_shell(account, over):
+    # vLLM's service user runs model code (trust_remote_code) and has no login shell: on a host
+    # that also runs vLLM it could register a backend of its own and read every client's
+    # Authorization header; so could the monitor's user
+    passwd = dict(PASSWD, **{account: ["x", "990", "990", "", "/var/lib/x", "/usr/sbin/nologin"]})
+    assert _other_users(passwd, GROUP, **over) == ([account], False)
+    assert _other_users(passwd, GROUP, vllm_router_shared_host_ok=True, **over) == ([account], True)
