@@ -21,7 +21,7 @@ import shutil
 import stat
 import time
 
-__all__ = ["ManifestError", "UnsafePath", "parse_manifest", "scan", "stamp_ok", "write_stamp", "promote",
+__all__ = ["ManifestError", "TooLarge", "UnsafePath", "copy_hashed", "parse_manifest", "scan", "stamp_ok", "write_stamp", "promote",
            "prune_plan", "prune", "link_in_path", "free_bytes", "STAMP", "manifest_id"]
 
 # Written into a revision's folder once every file matched the manifest. A later run trusts it
@@ -85,9 +85,14 @@ def manifest_id(manifest):
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def copy_hashed(src, out=None):
+class TooLarge(ValueError):
+    """More bytes than the limit of copy_hashed."""
+
+
+def copy_hashed(src, out=None, limit=None):
     """Read file object `src` to its end in 1 MiB blocks, writing each to `out` when given:
-    (sha256 hex digest, bytes read). A download is checked as it arrives (module model_fetch)."""
+    (sha256 hex digest, bytes read). A download is checked as it arrives (module model_fetch).
+    limit: the most bytes it may bring; TooLarge past it (an endless body stops there)."""
     digest, size = hashlib.sha256(), 0
     while True:
         block = src.read(_CHUNK)
@@ -95,6 +100,8 @@ def copy_hashed(src, out=None):
             break
         digest.update(block)
         size += len(block)
+        if limit is not None and size > limit:
+            raise TooLarge("more than %d bytes" % limit)
         if out is not None:
             out.write(block)
     return digest.hexdigest(), size

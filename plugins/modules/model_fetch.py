@@ -53,10 +53,17 @@ options:
     type: str
   allow_insecure_token:
     description:
-      - Send O(token), or a password written in O(url) (C(user:password@)), over plain C(http://) to a
-        host other than loopback (a mirror on a network you trust).
+      - Send O(token), or credentials written in O(url) (C(user:password@), or a token alone as
+        C(token@)), over plain C(http://) to a host other than loopback (a mirror on a network you
+        trust).
     type: bool
     default: false
+  max_file_bytes:
+    description:
+      - The most bytes one file may bring; a hub that sends more (an endless body) fails the task,
+        and nothing is kept. At least 1.
+    type: int
+    default: 137438953472
   timeout:
     description: Seconds each request may wait for the server (a connection, or a pause in the data).
     type: int
@@ -121,7 +128,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.urls import open_url
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._model_store import (
-    ManifestError, copy_hashed, parse_manifest, promote, stamp_ok)
+    ManifestError, TooLarge, copy_hashed, parse_manifest, promote, stamp_ok)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import redact_url, scrub
 
 _REDIRECTS = (301, 302, 303, 307, 308)
@@ -160,6 +167,7 @@ def main():
             manifest=dict(type="str", required=True),
             token=dict(type="str", no_log=True),
             allow_insecure_token=dict(type="bool", default=False),
+            max_file_bytes=dict(type="int", default=128 * 1024 ** 3),
             timeout=dict(type="int", default=60),
             validate_certs=dict(type="bool", default=True),
             ca_path=dict(type="path"),
@@ -180,10 +188,14 @@ def main():
     shown = redact_url(p["url"])
     if not p["url"].startswith(("https://", "http://")) or not p["url"].endswith("/"):
         module.fail_json(msg="url: must be an http(s) URL ending in / (the revision's resolve URL), got %s" % shown)
-    if (p["token"] or password) and parts.scheme == "http" and not _loopback(host) and not p["allow_insecure_token"]:
+    # any credential: a token, a password, or a user part alone (http://<token>@mirror/)
+    if (p["token"] or password or userinfo) and parts.scheme == "http" and not _loopback(host) \
+            and not p["allow_insecure_token"]:
         module.fail_json(msg="%s: plain http:// to %s would send the %s in clear; use https://, or set "
                              "allow_insecure_token: true for a mirror on a network you trust"
-                             % ("token" if p["token"] else "url", host, "token" if p["token"] else "password in url"))
+                             % ("token" if p["token"] else "url", host, "token" if p["token"] else "credentials in url"))
+    if p["max_file_bytes"] < 1:
+        module.fail_json(msg="max_file_bytes: must be 1 or more, got %d" % p["max_file_bytes"])
     if p["timeout"] < 1:
         module.fail_json(msg="timeout: must be 1 second or more, got %d" % p["timeout"])
     try:
@@ -232,7 +244,11 @@ def main():
         try:
             resp = open_url(url, **request)
             with open(target, "wb") as out:
-                digest, size = copy_hashed(resp, out)
+                digest, size = copy_hashed(resp, out, limit=p["max_file_bytes"])
+        except TooLarge:
+            shutil.rmtree(staging, ignore_errors=True)
+            module.fail_json(msg="downloading %s: %s sent more than max_file_bytes (%d); nothing was kept"
+                             % (rel, redact_url(url), p["max_file_bytes"]), verified=False, **result)
         except (HTTPError, URLError, OSError) as exc:
             shutil.rmtree(staging, ignore_errors=True)
             module.fail_json(msg="downloading %s failed: %s; nothing was kept" % (rel, _why(exc, url, p["token"])),

@@ -90,3 +90,22 @@ def test_a_bad_url_is_named_without_its_password(run_module, tmp_path, requests)
     failed, result = run_module(model_fetch, {"path": str(tmp_path / "r"), "manifest": MANIFEST,
                                               "url": "ftp://mirror:%s@hub.example.net/r" % PASSWORD})
     assert failed and result["msg"].startswith("url: must be an http(s) URL") and PASSWORD not in json.dumps(result)
+
+
+def test_a_token_alone_in_the_url_over_plain_http_is_refused(run_module, tmp_path, requests):
+    # http://<token>@mirror/: no password, but the user part is the credential
+    url = "http://hf_UserOnlyToken12345@10.0.0.5/r/"
+    failed, result = run_module(model_fetch, {"path": str(tmp_path / "r"), "url": url, "manifest": MANIFEST})
+    assert failed and "url: plain http:// to 10.0.0.5 would send the credentials in url" in result["msg"]
+    assert requests == [] and "hf_UserOnlyToken12345" not in json.dumps(result)
+
+
+def test_an_endless_body_is_cut_at_max_file_bytes_and_nothing_is_kept(run_module, tmp_path, monkeypatch):
+    class Endless(object):
+        def read(self, n):
+            return b"x" * n
+    monkeypatch.setattr(model_fetch, "open_url", lambda url, **kwargs: Endless())
+    failed, result = run_module(model_fetch, {"path": str(tmp_path / "r"), "url": "https://hub.example.net/r/",
+                                              "manifest": MANIFEST, "max_file_bytes": 5 * 1024 * 1024})
+    assert failed and "sent more than max_file_bytes (5242880); nothing was kept" in result["msg"]
+    assert not (tmp_path / "r").exists() and not (tmp_path / ".fetching-r").exists()
