@@ -95,8 +95,9 @@ def _endpoint(text):
     return ip, int(port, 16)
 
 
-def _tcp_rows(proc):
-    """(local, remote, state, uid) of this network namespace's TCP sockets (world-readable)."""
+def _tcp_rows(proc, inodes=False):
+    """(local, remote, state, uid) of this network namespace's TCP sockets (world-readable);
+    with inodes, each row with the socket's inode last."""
     rows = []
     for name in ("tcp", "tcp6"):
         try:
@@ -107,7 +108,8 @@ def _tcp_rows(proc):
         for line in lines:
             parts = line.split()
             try:
-                rows.append((_endpoint(parts[1]), _endpoint(parts[2]), parts[3].upper(), int(parts[7])))
+                row = (_endpoint(parts[1]), _endpoint(parts[2]), parts[3].upper(), int(parts[7]))
+                rows.append(row + (parts[9],) if inodes else row)
             except (IndexError, ValueError):
                 continue
     return rows
@@ -115,21 +117,7 @@ def _tcp_rows(proc):
 
 def _listening_inodes(port, proc):
     """The inodes of this network namespace's TCP sockets that listen on `port` (any address)."""
-    inodes = set()
-    for name in ("tcp", "tcp6"):
-        try:
-            with open(os.path.join(proc, "net", name)) as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            try:
-                if parts[3].upper() == "0A" and _endpoint(parts[1])[1] == port:
-                    inodes.add(parts[9])
-            except (IndexError, ValueError):
-                continue
-    return inodes
+    return set(row[4] for row in _tcp_rows(proc, inodes=True) if row[2] == _LISTEN and row[0][1] == port)
 
 
 def port_owner(main_pid, port, proc="/proc"):
