@@ -31,3 +31,15 @@ def test_every_command_block_is_tested_or_marked(doc):
 
 def test_the_readme_shows_commands():
     assert len(blocks("README.md")) >= 5
+
+
+def test_the_roles_minimum_ansible_is_the_collections_and_the_license_is_shipped():
+    import yaml
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+    with open(os.path.join(root, "meta", "runtime.yml"), encoding="utf-8") as f:
+        required = re.match(r">=\s*([0-9]+\.[0-9]+)", yaml.safe_load(f)["requires_ansible"]).group(1)
+    for path in glob.glob(os.path.join(root, "roles", "*", "meta", "main.yml")):
+        with open(path, encoding="utf-8") as f:
+            assert yaml.safe_load(f)["galaxy_info"]["min_ansible_version"] == required, path
+    with open(os.path.join(root, "LICENSE"), encoding="utf-8") as f:
+        assert "GNU GENERAL PUBLIC LICENSE" in f.read(200)
