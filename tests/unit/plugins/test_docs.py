@@ -43,3 +43,15 @@ def test_the_roles_minimum_ansible_is_the_collections_and_the_license_is_shipped
             assert yaml.safe_load(f)["galaxy_info"]["min_ansible_version"] == required, path
     with open(os.path.join(root, "LICENSE"), encoding="utf-8") as f:
         assert "GNU GENERAL PUBLIC LICENSE" in f.read(200)
+
+
+def test_the_host_programs_subcommands_named_in_the_reference_are_its_own():
+    # docs/reference.md lists the kvfleet-vllm subcommands: every one it names exists, and every
+    # one that exists is named
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..")
+    with open(os.path.join(root, "roles", "hosttools", "files", "kvfleet_vllm.py"), encoding="utf-8") as f:
+        real = set(re.findall(r'add_parser\("([a-z-]+)"', f.read()))
+    with open(os.path.join(root, "docs", "reference.md"), encoding="utf-8") as f:
+        line = [x for x in f if "as the `kvfleet-vllm` command (" in x][0]
+    named = set(re.findall(r"`([a-z-]+)`", line.split("command (", 1)[1]))
+    assert named == real, (sorted(named - real), sorted(real - named))
