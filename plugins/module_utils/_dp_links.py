@@ -121,48 +121,51 @@ def _listening_inodes(port, proc):
 
 
 def port_owner(main_pid, port, proc="/proc"):
-    """(True, None) when something listens on TCP `port` and every process holding such a socket
-    is main_pid or one of its descendants (a unit's own server); else (False, why). Root reads
-    every /proc/<pid>/fd; a process whose descriptors cannot be read counts against (we cannot
-    tell it is not the listener). Before a secret goes to a port, so that a process that bound
-    it between a stop and the server's own bind gets nothing."""
-    inodes = _listening_inodes(port, proc)
-    if not inodes:
+    """(True, None) when what listens on TCP `port` is the unit's own server; else (False, why).
+    Before a secret goes to a port, so that a process that bound it between a stop and the
+    server's own bind gets nothing.
+
+    Every socket listening on the port must belong to the user the unit's main process runs as
+    (/proc/net/tcp's uid column, world-readable, read the same in a container without
+    CAP_SYS_PTRACE); where this process can read the others' descriptors (root with ptrace
+    rights), the processes holding those sockets must moreover be main_pid or its descendants."""
+    rows = [row for row in _tcp_rows(proc, inodes=True) if row[2] == _LISTEN and row[0][1] == port]
+    if not rows:
         return False, "nothing listens on port %d" % port
-    ours = set(process_tree(main_pid, proc)) if main_pid and main_pid > 0 else set()
-    wanted = set("socket:[%s]" % i for i in inodes)
-    holders, unreadable = set(), []
+    if not main_pid or main_pid <= 0:
+        return False, "the unit runs no process (no main PID)"
+    uid = _uid(main_pid, proc)
+    if uid is None:
+        return False, "the unit's main process %s is gone" % main_pid
+    others = sorted(set(row[3] for row in rows if row[3] != uid))
+    if others:
+        return False, "a socket of uid %s listens on port %d, not the unit's user (uid %d)" % (
+            ", ".join(str(o) for o in others), port, uid)
+    wanted = set("socket:[%s]" % row[4] for row in rows)
+    ours = set(process_tree(main_pid, proc))
+    strangers = []
     try:
         names = os.listdir(proc)
-    except OSError as exc:
-        return False, "cannot read %s: %s" % (proc, exc)
+    except OSError:
+        names = []
     for name in names:
-        if not name.isdigit():
+        if not name.isdigit() or int(name) in ours:
             continue
         folder = os.path.join(proc, name, "fd")
         try:
             fds = os.listdir(folder)
-        except FileNotFoundError:
-            continue   # exited while we read
         except OSError:
-            if int(name) not in ours:
-                unreadable.append(int(name))
-            continue
+            continue   # gone, or not ours to read: the uid above decided for it
         for fd in fds:
             try:
                 if os.readlink(os.path.join(folder, fd)) in wanted:
-                    holders.add(int(name))
+                    strangers.append(int(name))
                     break
             except OSError:
                 continue
-    strangers = sorted(holders - ours)
     if strangers:
         return False, "process(es) %s outside the unit (main PID %s) listen on port %d" % (
-            ", ".join(str(p) for p in strangers[:5]), main_pid, port)
-    if not holders:
-        return False, ("no process of the unit (main PID %s) holds the socket listening on port %d%s" % (
-            main_pid, port, "; the descriptors of %d process(es) cannot be read (not root?)" % len(unreadable)
-            if unreadable else ""))
+            ", ".join(str(p) for p in sorted(strangers)[:5]), main_pid, port)
     return True, None
 
 

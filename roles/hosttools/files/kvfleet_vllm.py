@@ -767,8 +767,9 @@ def _url_port(url):
 
 
 def unit_owns(unit, url, proc="/proc"):
-    """(True, None) when the unit's own server (its main process or a descendant) is what
-    listens on the URL's port; else (False, why)."""
+    """(True, None) when the unit's own server is what listens on the URL's port (its user's
+    sockets; its main process or a descendant where the descriptors can be read); else
+    (False, why). _dp_links.port_owner."""
     try:
         main = int(unit_state(unit).get("MainPID") or 0)
     except ValueError:

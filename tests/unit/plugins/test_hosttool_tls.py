@@ -134,13 +134,12 @@ def test_an_unreadable_ca_or_client_key_is_named():
 
 
 def test_the_api_key_goes_only_to_the_units_own_server(monkeypatch, capsys, tmp_path):
-    # a listener that is not the unit's (its main PID is another process's, one that listens on
-    # nothing): neither healthy nor sent the key; the unit's own (this process) gets it
+    # a listener that is not the unit's (its main process runs as another user, nobody, and
+    # listens on nothing): neither healthy nor sent the key; the unit's own (this process) gets it
     import subprocess
-    import sys
     env = tmp_path / "main.env"
     env.write_text("VLLM_API_KEY=kvfleet-canary-key\n")
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    other = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: os.setuid(65534))
     with ls.LocalServer(ls.vllm()) as srv:
         monkeypatch.setattr(prog, "unit_state", lambda unit: {"ActiveState": "active", "NRestarts": 0,
                                                               "MainPID": str(other.pid)})

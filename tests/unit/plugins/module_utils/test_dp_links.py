@@ -172,32 +172,36 @@ def test_garbage_in_proc_is_skipped_not_fatal(tmp_path):
 
 # --- who listens on a port (the API key goes to the unit's own server only) -----------------------
 
-def test_the_port_is_owned_by_the_process_tree_that_holds_its_listening_socket():
+def test_the_port_is_owned_by_the_units_user_and_process_tree():
     import os
     import socket
     import subprocess
-    import sys
     from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import port_owner
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     port = listener.getsockname()[1]
+    sleep = ["sleep", "30"]
     try:
         # this process holds it: its own tree owns the port
         assert port_owner(os.getpid(), port) == (True, None)
-        # another tree (a child that listens on nothing) does not: this process is a stranger to it
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        # a unit running as another user (nobody): the socket is not its user's
+        other = subprocess.Popen(sleep, preexec_fn=lambda: os.setuid(65534))
+        # a unit of the same user whose tree does not hold the socket (root reads its descriptors)
+        same = subprocess.Popen(sleep)
         try:
-            ours, why = port_owner(child.pid, port)
+            ours, why = port_owner(other.pid, port)
+            assert not ours and why == "a socket of uid %d listens on port %d, not the unit's user (uid 65534)" % (
+                os.getuid(), port)
+            ours, why = port_owner(same.pid, port)
             assert not ours and ("process(es) %d outside the unit" % os.getpid()) in why
         finally:
-            child.kill()
-            child.wait()
-        # no main PID (a unit systemd does not know): nobody's
+            for child in (other, same):
+                child.kill()
+                child.wait()
         ours, why = port_owner(0, port)
-        assert not ours and "outside the unit" in why
+        assert not ours and why == "the unit runs no process (no main PID)"
     finally:
         listener.close()
-    # nothing listening at all
     ours, why = port_owner(os.getpid(), port)
     assert not ours and why == "nothing listens on port %d" % port
