@@ -103,6 +103,9 @@ DEFAULT_THRESHOLDS = {
     "traffic_share_min": 0.3,
     # consecutive unreadable samples of a canary server beyond which it fails (a restart, an outage)
     "max_unreadable_samples": 2,
+    # beyond the baseline by more than this many tolerances, a check too short of values for the
+    # test fails all the same: noise in a few intervals does not make a difference that large
+    "decisive_rooms": 4.0,
     # a baseline host whose value lies beyond this many tolerances from the others' is left out
     # of that check (two hosts: the check decides only what both agree on)
     "outlier_rooms": 2.0,
@@ -541,6 +544,12 @@ def _room(family, base, th):
     return max(th[family + "_relative"] * abs(base), th[family + "_absolute"])
 
 
+def _rooms(value, base, family, th):
+    """How many tolerances value lies from base (None without a tolerance to count in)."""
+    room = _room(family, base, th)
+    return abs(value - base) / room if room > 0 else None
+
+
 def _limit(base, room, direction):
     return base + room if direction == "higher" else base - room
 
@@ -600,7 +609,8 @@ def _effect(c, b, u=None, n=None):
 
 
 def _test(entry, cv, bv, direction, th):
-    """Beyond the tolerance: the test on per-interval values, or inconclusive with too few."""
+    """Beyond the tolerance: the test on per-interval values; with too few values, a fail when
+    the canary is beyond the baseline by decisive_rooms tolerances, else inconclusive."""
     if len(cv) >= th["min_intervals"] and len(bv) >= th["min_intervals"]:
         alternative = "greater" if direction == "higher" else "less"
         u, unused, p = mann_whitney_u(cv, bv, alternative)
@@ -609,6 +619,13 @@ def _test(entry, cv, bv, direction, th):
         entry.update(test="mann_whitney_u", p_value=float("%.4g" % p), result="candidate",
                      n=(len(cv), len(bv)))
         entry["effect"]["probability"] = round(u / float(len(cv) * len(bv)), 4)
+        return entry
+    rooms = entry.get("rooms")
+    if rooms is not None and rooms > th["decisive_rooms"]:
+        entry.update(result="fail", why=(
+            "%.1f tolerances beyond the baseline (decisive_rooms %g), with too few interval values for the "
+            "test (%d and %d, min_intervals %d)" % (rooms, th["decisive_rooms"], len(cv), len(bv),
+                                                    th["min_intervals"])))
         return entry
     entry.update(result="inconclusive", why=(
         "beyond the tolerance, but too few interval values for the test (%d and %d, "
@@ -646,6 +663,7 @@ def _compare(check, family, direction, unit, canary, hosts, th):
             return entry
         entry.update(baseline=round(vl, _DIGITS), limit=round(lenient, _DIGITS), effect=_effect(c, vl))
         entry["why_base"] = "beyond the limit of both baseline hosts; %s" % disagree
+        entry["rooms"] = _rooms(c, vl, family, th)
         return _test(entry, cv, il, direction, th)
     b = base["value"]
     entry["baseline"] = round(b, _DIGITS)
@@ -656,6 +674,7 @@ def _compare(check, family, direction, unit, canary, hosts, th):
             _fmt(c, unit), _fmt(limit, unit), _fmt(b, unit)))
         return entry
     entry["effect"] = _effect(c, b)
+    entry["rooms"] = _rooms(c, b, family, th)
     return _test(entry, cv, base["intervals"], direction, th)
 
 
@@ -749,6 +768,7 @@ def _settle(checks, th):
     for c in checks:
         c.pop("why_base", None)
         c.pop("n", None)
+        c.pop("rooms", None)
     return checks
 
 

@@ -45,7 +45,8 @@ description:
     per-interval values (exact without ties up to 60 values, else the normal approximation) finds
     it worse at O(thresholds.alpha) with Holm's correction over all the checks. Beyond the
     tolerance with fewer than O(thresholds.min_intervals) values a side, the check is
-    C(inconclusive); the tolerance alone never fails a canary.
+    C(inconclusive), unless the canary is beyond the baseline by more than
+    O(thresholds.decisive_rooms) tolerances (a difference no noise of a few intervals makes).
   - Without a matching, healthy, busy enough baseline, the canary is checked against absolute
     limits instead (the C(*_max) and C(*_min) O(thresholds)); a metric without such a limit is
     C(skipped).
@@ -213,6 +214,10 @@ options:
       traffic_share_min:
         description: The share, 0 to 1, of the median baseline server's finished requests per
           second below which (significantly) a canary server fails C(traffic_share). Default 0.3.
+        type: float
+      decisive_rooms:
+        description: Tolerances beyond the baseline past which a check with too few interval values
+          for the test fails all the same (fewer than that, it is C(inconclusive)). Default 4.0.
         type: float
       outlier_rooms:
         description: Tolerances beyond which a baseline host's value is left out of a check (two

@@ -306,6 +306,13 @@ def test_too_few_intervals_are_inconclusive_never_the_tolerance_alone():
     checks = by_metric(result)
     assert checks["kv_usage"]["result"] == "inconclusive" and checks["kv_usage"]["test"] is None
     assert "too few interval values for the test" in checks["kv_usage"]["why"]
+    # what lies more than decisive_rooms tolerances beyond fails without the test (29 preemptions
+    # for 65 requests against none: 9 tolerances), and nothing else is failed untested
+    assert checks["preemptions_per_request"]["result"] == "fail" and checks["preemptions_per_request"]["test"] is None
+    assert all(c["result"] != "fail" or "tolerances beyond the baseline" in c["why"] for c in result["checks"])
+    # with every untested check within decisive_rooms, the verdict is inconclusive
+    result = analyse([target("new", canary)], [target("old", baseline)],
+                     thresholds={"min_intervals": 100, "decisive_rooms": 1000.0})
     assert result["verdict"] == "inconclusive" and "kv_usage" in result["reason"]
 
 
@@ -542,3 +549,20 @@ def test_an_inconclusive_host_is_never_kept_silently(verdict, policy, canary_bat
         assert "no later batch starts" in out["why"]
     with pytest.raises(ValueError):
         decide({"verdict": "pass"}, inconclusive="maybe")
+
+
+def test_a_difference_no_noise_makes_fails_without_the_test():
+    # the small cache's kv_usage per sequence (about 4x the baseline's) in its first 4 s: too few
+    # intervals for the test; 3.8 tolerances beyond is inconclusive at the default, a fail when
+    # decisive_rooms is below it; the same flags' chance differences (1.7 tolerances) never fail
+    canary, baseline = pair("canary-small-kv")
+    th = {"min_intervals": 100}
+    check = by_metric(analyse([target("new", canary)], [target("old", baseline)], thresholds=th))["kv_usage"]
+    assert check["result"] == "inconclusive"
+    check = by_metric(analyse([target("new", canary)], [target("old", baseline)],
+                              thresholds=dict(th, decisive_rooms=3.0)))["kv_usage"]
+    assert check["result"] == "fail" and "tolerances beyond the baseline (decisive_rooms 3)" in check["why"]
+    assert "rooms" not in check
+    canary, baseline = pair("canary-same")
+    result = analyse([target("new", canary[::2][:5])], [target("old", baseline[::2][:5])])
+    assert failed(result) == []
