@@ -10,7 +10,7 @@ name: analysis_outcome
 short_description: What kvfleet.vllm.deploy does with a host's canary analysis
 version_added: 0.4.0
 description:
-  - From a M(kvfleet.vllm.canary_analysis) result, what the deploy does with the changed host: the
+  - From a M(kvfleet.vllm.canary_analysis) result, what the deploy does with the changed host, that is the
     module's own RV(kvfleet.vllm.canary_analysis#module:decision) (kept or rolled back, and whether
     the run stops; an inconclusive host always stops it), else the same decision worked out with
     O(inconclusive); and what the deploy's report keeps of the result (no samples).
@@ -21,9 +21,9 @@ options:
     required: true
   inconclusive:
     description:
-      - C(fail_canary) rolls back an inconclusive host of the first batch analysed (the canary, as
-        a canary no traffic reached proves nothing) and keeps later ones; C(fail) always rolls
-        back; C(pass) always keeps.
+      - For a result without the module's decision. C(fail_canary) rolls back an inconclusive
+        host of the first batch analysed (the canary) and keeps later ones; C(fail) always rolls
+        back; C(pass) always keeps. The run stops after an inconclusive host whatever it says.
     type: str
     default: fail_canary
     choices: [fail_canary, fail, pass]

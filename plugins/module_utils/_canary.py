@@ -647,7 +647,9 @@ def _compare(check, family, direction, unit, canary, hosts, th):
         return entry
     cv = canary["intervals"][check]
     if base["split"] is not None:
-        (hs, vs, unused), (hl, vl, il) = base["split"]
+        split = base["split"]
+        hs, vs = split[0][0], split[0][1]
+        hl, vl, il = split[1][0], split[1][1], split[1][2]
         strict = _limit(vs, _room(family, vs, th), direction)
         lenient = _limit(vl, _room(family, vl, th), direction)
         entry.update(baseline=round(vs, _DIGITS), limit=round(strict, _DIGITS))

@@ -272,13 +272,15 @@ def _forward(url, method, path, body, headers, timeout=300):
         return e.code, e.headers.get("Content-Type", "text/plain"), e.read()
 
 
-def _absurd(text, started=[None]):
+_ABSURD_START = {}
+
+
+def _absurd(text):
     """A real /metrics body made absurd: a million more finished requests every second since the
     stand-in started, all of them in the slowest bucket of every latency histogram (a broken or
     lying exporter)."""
-    if started[0] is None:
-        started[0] = time.time()
-    extra = int((time.time() - started[0]) * 1000000)
+    started = _ABSURD_START.setdefault("at", time.time())
+    extra = int((time.time() - started) * 1000000)
     out = []
     for line in text.splitlines():
         m = re.match(r'^(vllm:(?:time_to_first_token_seconds|e2e_request_latency_seconds|request_queue_time_seconds|'
