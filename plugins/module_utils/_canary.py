@@ -659,9 +659,15 @@ def _compare(check, family, direction, unit, canary, hosts, th):
                 _fmt(c, unit), _fmt(strict, unit), disagree))
             return entry
         if not _worse(c, lenient, direction):
-            entry.update(result="inconclusive", why=(
-                "%s, beyond the limit of one baseline host (%s) and within the other's (%s): %s" % (
-                    _fmt(c, unit), _fmt(strict, unit), _fmt(lenient, unit), disagree)))
+            # worse than one host only: tested against that host, a significant difference cannot
+            # be decided (the other host may be the right one), no significant difference passes
+            middle = "%s, beyond the limit of one baseline host (%s) and within the other's (%s): %s" % (
+                _fmt(c, unit), _fmt(strict, unit), _fmt(lenient, unit), disagree)
+            entry.update(effect=_effect(c, vs), why_base=middle, on_reject="inconclusive")
+            _test(entry, cv, split[0][2], direction, th)
+            if entry["result"] == "inconclusive":
+                entry["why"] = "%s; %s" % (middle, entry["why"])
+                entry.pop("why_base", None)
             return entry
         entry.update(baseline=round(vl, _DIGITS), limit=round(lenient, _DIGITS), effect=_effect(c, vl))
         entry["why_base"] = "beyond the limit of both baseline hosts; %s" % disagree
@@ -760,7 +766,11 @@ def _settle(checks, th):
             _fmt(c["limit"], _unit(c)), _fmt(c["baseline"], _unit(c)))
         n = c.pop("n", None)
         test = ("Mann-Whitney U over %d and %d interval values" % n if n else "Poisson")
-        if rejected:
+        if rejected and c.get("on_reject") == "inconclusive":
+            c.update(result="inconclusive", why="%s; %s against the stricter host: p=%.2g < %.2g (Holm, alpha %g "
+                     "over %d checks), so it cannot be decided" % (
+                         base, test, c["p_value"], level, th["alpha"], len(checks)))
+        elif rejected:
             c.update(result="fail", why="%s; %s: p=%.2g < %.2g (Holm, alpha %g over %d checks)" % (
                 base, test, c["p_value"], level, th["alpha"], len(checks)))
         else:
@@ -769,6 +779,7 @@ def _settle(checks, th):
         c.pop("held", None)
     for c in checks:
         c.pop("why_base", None)
+        c.pop("on_reject", None)
         c.pop("n", None)
         c.pop("rooms", None)
     return checks

@@ -9,6 +9,7 @@ import copy
 
 import pytest
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils import _canary
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
     CHECKS, DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, analyse, check_thresholds, decide, holm,
     mann_whitney_u, side_window, target_window)
@@ -495,6 +496,31 @@ def test_two_baseline_hosts_that_disagree_decide_only_what_both_agree_on():
     fast = _liar(same_baseline, slow=False)
     result = analyse([target("new", same_canary)], _hosts(("a", same_baseline), ("liar", fast)))
     assert result["verdict"] != "fail", result["reason"]
+
+
+def _one_check(value, intervals):
+    return {"values": {"ttft_p95": value}, "intervals": {"ttft_p95": intervals}, "why": {}}
+
+
+@pytest.mark.parametrize("canary_intervals, result", [
+    # beyond the honest host's limit on its p95, but its intervals mix with that host's: no evidence
+    # that it is worse than either host, so it passes (a real vLLM CPU canary under the same load)
+    ([0.09, 0.31, 0.08, 0.12, 0.1, 0.11], "pass"),
+    # every interval slower than every one of the honest host's: worse than that host, not than the
+    # other, and which of the two is right cannot be told
+    ([0.2, 0.22, 0.25, 0.21, 0.3, 0.24], "inconclusive"),
+])
+def test_worse_than_one_of_two_disagreeing_hosts_is_tested_against_it(canary_intervals, result):
+    th = dict(DEFAULT_THRESHOLDS)
+    honest = _one_check(0.098, [0.1, 0.09, 0.11, 0.095, 0.12, 0.1])
+    liar = _one_check(2560.0, [2500.0, 2600.0, 2550.0, 2570.0, 2560.0, 2540.0])
+    entry = _canary._compare("ttft_p95", "ttft", "higher", " s", _one_check(0.175, canary_intervals),
+                             [("real-host", honest), ("liar-host", liar)], th)
+    assert entry["result"] == "candidate" and entry["baseline"] == 0.098
+    settled = _canary._settle([entry], th)[0]
+    assert settled["result"] == result, settled["why"]
+    assert "the baseline's two hosts disagree" in settled["why"]
+    assert set(settled) >= {"p_value", "effect"} and not {"on_reject", "why_base"} & set(settled)
 
 
 def test_the_baseline_serves_what_the_canary_serves():
