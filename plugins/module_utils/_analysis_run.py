@@ -65,8 +65,8 @@ class _Verdicts(object):
     the evidence is already overwhelming (a fail at thresholds.early_alpha for
     thresholds.early_intervals evaluations in a row: the window ends early)."""
 
-    def __init__(self, windows, min_requests, thresholds, warmup, duration, stop):
-        self.windows, self.min_requests, self.warmup = windows, min_requests, warmup
+    def __init__(self, windows, min_requests, thresholds, warmup, duration, stop, before=None):
+        self.windows, self.min_requests, self.warmup, self.before = windows, min_requests, warmup, before
         self.th = dict(DEFAULT_THRESHOLDS)
         self.th.update(thresholds or {})
         self.duration, self.stop = duration, stop
@@ -82,7 +82,7 @@ class _Verdicts(object):
                                 "samples": list(w.snaps), "limits": limits})
         th = dict(self.th, alpha=self.th["early_alpha"]) if early else self.th
         return analyse(sides["canary"], sides["baseline"], min_requests=self.min_requests,
-                       thresholds=th, warmup=self.warmup)
+                       thresholds=th, warmup=self.warmup, before=self.before)
 
     def watch(self, window):
         """After each sample of the first canary server."""
@@ -123,18 +123,19 @@ def _both(first, second):
 
 
 def run_analysis(canary, baseline, connect, duration, interval, min_requests=DEFAULT_MIN_REQUESTS,
-                 thresholds=None, defaults=None, warmup=0, max_duration=None):
+                 thresholds=None, defaults=None, warmup=0, max_duration=None, before=None):
     """Sample canary and baseline (lists of targets: name, url, the scheduler limits) for
     `warmup` + `duration` s every `interval` s, then judge; while either side has finished
     fewer than `min_requests`, go on up to `warmup` + `max_duration` s; end early on a critical
     cause or overwhelming evidence (_Verdicts). defaults: the caller's scheduler limits for a
     target that leaves one out. Returns _canary.analyse's result with, per target, its url
     (redacted), seconds and extended_seconds, 'samples': {side: {name: snapshots}} without the
-    raw histogram counts, and 'decided_early' (the early verdict's reason, or None)."""
+    raw histogram counts, and 'decided_early' (the early verdict's reason, or None). before: the
+    canary host's result before its change (_canary.analyse's, the difference of differences)."""
     stop = threading.Event()
     windows = []
     longest = max(duration, max_duration or duration)
-    plan = _Verdicts(windows, min_requests, thresholds, warmup, duration, stop)
+    plan = _Verdicts(windows, min_requests, thresholds, warmup, duration, stop, before)
     for side, targets in (("canary", canary), ("baseline", baseline or [])):
         for target in targets:
             limits = target_limits(defaults or {}, target)
@@ -156,7 +157,7 @@ def run_analysis(canary, baseline, connect, duration, interval, min_requests=DEF
         sides[side].append({"name": target["name"], "host": target.get("host"), "samples": w.snaps,
                             "diagnosis": diagnosis, "limits": limits})
     result = analyse(sides["canary"], sides["baseline"], min_requests=min_requests,
-                     thresholds=thresholds, warmup=warmup)
+                     thresholds=thresholds, warmup=warmup, before=before)
     result["decided_early"] = plan.early
     for side, target, limits, w in windows:
         for entry in result["targets"]:

@@ -44,7 +44,7 @@ from ansible_collections.kvfleet.vllm.plugins.module_utils._latency import (
     bucket_quantile, counts_between)
 
 __all__ = ["CHECKS", "DEFAULT_MIN_REQUESTS", "DEFAULT_THRESHOLDS", "INCONCLUSIVE_POLICIES", "VERDICTS", "WHOLE_THRESHOLDS",
-           "analyse", "check_thresholds", "decide", "holm", "mann_whitney_u", "poisson_cdf", "side_window",
+           "analyse", "before_differences", "check_thresholds", "decide", "holm", "mann_whitney_u", "poisson_cdf", "side_window",
            "target_window"]
 
 VERDICTS = ("pass", "fail", "inconclusive")
@@ -536,8 +536,10 @@ def _brief(check):
         extra.append("p=%.2g" % check["p_value"])
     if check["result"] == "inconclusive":
         extra.append(check["why"])
-    return "%s %s %s %s (%s)" % (check["metric"], _fmt(check["canary"], unit), sign,
-                                 _fmt(check["limit"], unit), ", ".join(extra))
+    value = _fmt(check["canary"], unit)
+    if check.get("judged_value") is not None:
+        value += " (%s without the host's handicap before the change)" % _fmt(check["judged_value"], unit)
+    return "%s %s %s %s (%s)" % (check["metric"], value, sign, _fmt(check["limit"], unit), ", ".join(extra))
 
 
 def _room(family, base, th):
@@ -633,19 +635,41 @@ def _test(entry, cv, bv, direction, th):
     return entry
 
 
-def _compare(check, family, direction, unit, canary, hosts, th):
-    """One check of the canary against the baseline's hosts (robust to one of them)."""
-    c = canary["values"][check]
+def _handicap(pre, direction):
+    """How much worse than its baseline the canary host was before its change (0 when it was
+    not worse): the difference of differences takes it off the canary's values."""
+    if not pre:
+        return 0.0
+    d = pre["canary"] - pre["baseline"]
+    return max(d if direction == "higher" else -d, 0.0)
+
+
+def _compare(check, family, direction, unit, canary, hosts, th, pre=None):
+    """One check of the canary against the baseline's hosts (robust to one of them); pre: the
+    canary host's and the baseline's values of this check before the change (or None)."""
+    raw = canary["values"][check]
     base = _robust(check, family, direction, hosts, th)
-    entry = _entry(check, c, base["value"])
+    entry = _entry(check, raw, base["value"])
     entry["baseline_hosts"] = base["used"]
     if base["left_out"]:
         entry["left_out"] = [{"host": h, "value": round(v, _DIGITS)} for h, v in base["left_out"]]
-    if c is None or (base["value"] is None and base["split"] is None):
+    if raw is None or (base["value"] is None and base["split"] is None):
         entry["why"] = "no value for the %s: %s" % (
-            "canary" if c is None else "baseline", canary["why"][check] if c is None else base["why"])
+            "canary" if raw is None else "baseline", canary["why"][check] if raw is None else base["why"])
         return entry
-    cv = canary["intervals"][check]
+    # a host already this much worse before its change is judged on what the change added
+    shift = _handicap(pre, direction)
+    sign = 1.0 if direction == "higher" else -1.0
+    c = raw - sign * shift
+    cv = [v - sign * shift for v in canary["intervals"][check]]
+    if pre:
+        entry["before"] = {"canary": round(pre["canary"], _DIGITS), "baseline": round(pre["baseline"], _DIGITS),
+                           "handicap": round(shift, _DIGITS)}
+    shown = _fmt(c, unit)
+    if shift:
+        entry["judged_value"] = round(c, _DIGITS)
+        shown = ("%s (%s less %s, what the host was worse than its baseline before the change: %s against %s)" % (
+            _fmt(c, unit), _fmt(raw, unit), _fmt(shift, unit), _fmt(pre["canary"], unit), _fmt(pre["baseline"], unit)))
     if base["split"] is not None:
         split = base["split"]
         hs, vs = split[0][0], split[0][1]
@@ -656,13 +680,13 @@ def _compare(check, family, direction, unit, canary, hosts, th):
         disagree = "the baseline's two hosts disagree (%s %s, %s %s)" % (hs, _fmt(vs, unit), hl, _fmt(vl, unit))
         if not _worse(c, strict, direction):
             entry.update(result="pass", why="%s, within the limit %s of either baseline host; %s" % (
-                _fmt(c, unit), _fmt(strict, unit), disagree))
+                shown, _fmt(strict, unit), disagree))
             return entry
         if not _worse(c, lenient, direction):
             # worse than one host only: tested against that host, a significant difference cannot
             # be decided (the other host may be the right one), no significant difference passes
             middle = "%s, beyond the limit of one baseline host (%s) and within the other's (%s): %s" % (
-                _fmt(c, unit), _fmt(strict, unit), _fmt(lenient, unit), disagree)
+                shown, _fmt(strict, unit), _fmt(lenient, unit), disagree)
             entry.update(effect=_effect(c, vs), why_base=middle, on_reject="inconclusive")
             _test(entry, cv, split[0][2], direction, th)
             if entry["result"] == "inconclusive":
@@ -670,7 +694,7 @@ def _compare(check, family, direction, unit, canary, hosts, th):
                 entry.pop("why_base", None)
             return entry
         entry.update(baseline=round(vl, _DIGITS), limit=round(lenient, _DIGITS), effect=_effect(c, vl))
-        entry["why_base"] = "beyond the limit of both baseline hosts; %s" % disagree
+        entry["why_base"] = "%s, beyond the limit of both baseline hosts; %s" % (shown, disagree)
         entry["rooms"] = _rooms(c, vl, family, th)
         return _test(entry, cv, il, direction, th)
     b = base["value"]
@@ -679,10 +703,13 @@ def _compare(check, family, direction, unit, canary, hosts, th):
     entry["limit"] = round(limit, _DIGITS)
     if not _worse(c, limit, direction):
         entry.update(result="pass", why="%s, within the limit %s (baseline %s)" % (
-            _fmt(c, unit), _fmt(limit, unit), _fmt(b, unit)))
+            shown, _fmt(limit, unit), _fmt(b, unit)))
         return entry
     entry["effect"] = _effect(c, b)
     entry["rooms"] = _rooms(c, b, family, th)
+    if shift:
+        entry["why_base"] = "%s, %s the limit %s (baseline %s)" % (
+            shown, "above" if direction == "higher" else "below", _fmt(limit, unit), _fmt(b, unit))
     return _test(entry, cv, base["intervals"], direction, th)
 
 
@@ -848,12 +875,37 @@ def _canary_identity(windows):
             "engines": sorted(set(e for w in windows for e in w["engines"]))}
 
 
-def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None, warmup=0):
+def before_differences(before, min_requests=DEFAULT_MIN_REQUESTS):
+    """From an earlier result of analyse() for the same canary host, taken before its change
+    (under the same traffic, against the same baseline): ({check: {"canary", "baseline"}}, None),
+    or ({}, why it cannot be used)."""
+    if not isinstance(before, dict):
+        return {}, "no result of a window before the change"
+    if before.get("mode") != "baseline":
+        return {}, "the window before the change had no baseline to compare with"
+    finished = (before.get("requests") or {}).get("canary")
+    if not _is_number(finished) or finished < min_requests:
+        return {}, "the host finished %s request(s) in the window before the change, fewer than min_requests %d" % (
+            finished if _is_number(finished) else "no", min_requests)
+    out = {}
+    names = [c[0] for c in CHECKS]
+    for check in before.get("checks") or []:
+        if not isinstance(check, dict) or check.get("metric") not in names:
+            continue
+        c, b = check.get("canary"), check.get("baseline")
+        if _is_number(c) and _is_number(b):
+            out[check["metric"]] = {"canary": float(c), "baseline": float(b)}
+    return out, None if out else "the window before the change compared no check"
+
+
+def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None, warmup=0, before=None):
     """The canary's verdict. canary, baseline: lists of targets, each {"name", "host" (the
     baseline's per-host values group by it; the name when absent), "samples" (snapshots, oldest
     first), "limits" (scheduler limits, optional), "diagnosis" (the diagnose() result of its
     window; computed when absent)}. thresholds: overrides of DEFAULT_THRESHOLDS (check_thresholds
-    first). warmup: seconds after the canary's first sample that no window counts.
+    first). warmup: seconds after the canary's first sample that no window counts. before: the
+    result of analyse() for the same canary host before its change (the difference of
+    differences: a check it was already worse in is judged on what the change added).
 
     {"verdict", "reason", "checks", "requests": {"canary", "baseline"}, "causes" (the canary
      targets' causes, each with its "target"), "mode" ("baseline" or "absolute"), "restarted"
@@ -921,10 +973,11 @@ def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None
     else:
         without = None
     mode = "absolute" if without else "baseline"
+    pre, pre_why = before_differences(before, min_requests) if before is not None else ({}, None)
     checks = [_traffic(canary_windows, hosts, min_requests, th)] if mode == "baseline" else []
     for check, family, unused, unused2, direction, unit in CHECKS:
         if mode == "baseline":
-            checks.append(_compare(check, family, direction, unit, mine, host_sides, th))
+            checks.append(_compare(check, family, direction, unit, mine, host_sides, th, pre.get(check)))
         else:
             checks.append(_absolute(check, direction, unit, mine, th, without))
     few = mine["finished"] < min_requests
@@ -939,6 +992,10 @@ def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None
            "targets": targets, "thresholds": th, "min_requests": min_requests,
            "window_seconds": window_seconds, "warmup_seconds": warmup or 0,
            "baseline_hosts": [h for h, unused in hosts]}
+    if before is not None:
+        out["before"] = {"used": bool(pre) and mode == "baseline", "why": pre_why,
+                         "handicaps": dict((c["metric"], c["before"]["handicap"]) for c in checks
+                                           if c.get("before") and c["before"]["handicap"])}
     failed = [c for c in checks if c["result"] == "fail"]
     if broken or critical:
         words = ["The canary fails at once"]
@@ -953,6 +1010,11 @@ def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None
         return out
     against = ("the baseline (%d host(s), %d requests)" % (len(hosts), pooled)
                if mode == "baseline" else "absolute limits (%s)" % without)
+    handicaps = [c for c in checks if (c.get("before") or {}).get("handicap")]
+    if handicaps:
+        # the difference of differences, said where it changed what a check compared
+        against += ", judged on what the change added where the host was worse before it (%s)" % ", ".join(
+            "%s by %s" % (c["metric"], _fmt(c["before"]["handicap"], _unit(c))) for c in handicaps)
     if failed:
         out.update(verdict="fail", reason="The canary (%d requests) fails %s, against %s." % (
             mine["finished"], ", ".join(_brief(c) for c in failed), against))

@@ -158,6 +158,18 @@ options:
         finished fewer than O(min_requests) (a window sized by requests, not only the clock).
         At least O(duration) and at most 3600; the default is O(duration) (no growth).
     type: float
+  before:
+    description:
+      - This module's result for the same canary host before its change, under the same traffic
+        against the same baseline (the canary then ran what it ran before, and C(fail_on=[]) there).
+      - The difference of differences. A check the host was already worse in than its baseline
+        before the change is judged on what the change added. That pre-change difference is taken
+        off the canary's values (and its interval values for the test) before the comparison, so a
+        host slower than its peers is not rolled back for a harmless change. A host that was better
+        before gets no credit. RV(checks[].before) and RV(before) say what was taken off.
+      - Not used (and said in RV(before.why)) when that window had no baseline or its canary finished
+        fewer than O(min_requests) requests.
+    type: dict
   inconclusive:
     description:
       - What RV(decision) says of an C(inconclusive) verdict. The rollout always stops after it
@@ -398,6 +410,20 @@ EXAMPLES = r"""
       ttft_relative: 0.2
       itl_relative: 0.2
 
+- name: Before the change, the host against the same baseline (its own handicap, not a verdict)
+  kvfleet.vllm.canary_analysis:
+    canary: [{name: gpu0, host: gpu-03, url: "http://gpu-03.example.net:8000"}]
+    baseline: [{name: gpu0, host: gpu-01, url: "http://gpu-01.example.net:8000"}]
+    duration: 60
+    fail_on: []
+  register: before_change
+
+- name: After the change, judged on what the change added
+  kvfleet.vllm.canary_analysis:
+    canary: [{name: gpu0, host: gpu-03, url: "http://gpu-03.example.net:8000"}]
+    baseline: [{name: gpu0, host: gpu-01, url: "http://gpu-01.example.net:8000"}]
+    before: "{{ before_change }}"
+
 - name: No baseline yet; the absolute limits apply
   kvfleet.vllm.canary_analysis:
     canary: [{name: new, url: "http://127.0.0.1:8000"}]
@@ -477,6 +503,13 @@ checks:
     p_value:
       description: The test's one-sided p-value, or null.
       type: float
+    before:
+      description: With O(before), the host's and the baseline's values of this check before the
+        change (C(canary), C(baseline)) and the C(handicap) taken off (0 when the host was not worse).
+      type: dict
+    judged_value:
+      description: The canary's value less its handicap, where one was taken off.
+      type: float
 decision:
   description: What a rollout does with the verdict (O(inconclusive), O(canary_batch)).
   returned: always
@@ -504,6 +537,14 @@ baseline_hosts:
   returned: always
   type: list
   elements: str
+before:
+  description: With O(before), whether it was used (C(used)), why not (C(why)), and by check the
+    pre-change difference taken off the canary's values (C(handicaps)). A check's own entry has
+    C(before) (C(canary), C(baseline), C(handicap)) and, where something was taken off,
+    C(judged_value).
+  returned: when O(before) is given
+  type: dict
+  sample: {used: true, why: null, handicaps: {ttft_p95: 0.061}}
 warmup_seconds:
   description: O(warmup), as applied.
   returned: always
@@ -582,6 +623,10 @@ def _check(module):
     if not error and p["max_duration"] is not None and not p["duration"] <= p["max_duration"] <= MAX_WINDOW_SECONDS:
         error = ("max_duration must be at least duration (%s) and at most %d seconds, got %r"
                  % (p["duration"], MAX_WINDOW_SECONDS, p["max_duration"]))
+    before = p["before"]
+    if not error and before is not None and not (isinstance(before.get("checks"), list) and before.get("mode")):
+        error = ("before must be a result of kvfleet.vllm.canary_analysis for the same canary (with its checks "
+                 "and mode), got one with the keys: %s" % (", ".join(sorted(str(k) for k in before)) or "none"))
     if not error and p["min_requests"] < 0:
         error = "min_requests must be 0 or more, got %s" % p["min_requests"]
     error = error or check_thresholds(_thresholds(p))
@@ -608,7 +653,7 @@ def _analysis(module):
     p = module.params
     result = run_analysis(p["canary"], p["baseline"], lambda t: make_fetcher(module, t), p["duration"],
                           p["interval"], min_requests=p["min_requests"], thresholds=_thresholds(p),
-                          warmup=p["warmup"], max_duration=p["max_duration"])
+                          warmup=p["warmup"], max_duration=p["max_duration"], before=p["before"])
     result.update(changed=False, msg=result["reason"],
                   decision=decide(result, inconclusive=p["inconclusive"], canary_batch=p["canary_batch"]))
     result.pop("min_requests", None)
@@ -632,6 +677,7 @@ def main():
                 for name in DEFAULT_THRESHOLDS)),
             warmup=dict(type="float", default=0.0),
             max_duration=dict(type="float"),
+            before=dict(type="dict"),
             inconclusive=dict(type="str", choices=list(INCONCLUSIVE_POLICIES), default="fail_canary"),
             canary_batch=dict(type="bool", default=True),
             fail_on=dict(type="list", elements="str", choices=list(VERDICTS), default=["fail"]),

@@ -592,3 +592,85 @@ def test_a_difference_no_noise_makes_fails_without_the_test():
     canary, baseline = pair("canary-same")
     result = analyse([target("new", canary[::2][:5])], [target("old", baseline[::2][:5])])
     assert failed(result) == []
+
+
+# --- the difference of differences: judge the change, not the host ------------------------------
+
+def _slower(samples, buckets=1):
+    """A host slower than the one recorded, the same traffic: every request of every latency
+    histogram `buckets` buckets later (derived from the real capture: a host on a busier CPU)."""
+    out = copy.deepcopy(samples)
+    for snap in out:
+        for engines in snap["histograms"].values():
+            for hist in engines.values():
+                counts = hist["counts"]
+                hist["counts"] = [0] * buckets + counts[:len(counts) - 1 - buckets] + counts[-1:]
+    return out
+
+
+def _halves(samples):
+    return samples[:10], samples[10:]
+
+
+def test_a_host_slower_before_its_change_is_judged_on_what_the_change_added():
+    canary, baseline = pair("canary-same")
+    slow_before, slow_after = _halves(_slower(canary))
+    base_before, base_after = _halves(baseline)
+    # judged as a host alone, the slower host fails on its latency, though its change is harmless
+    alone = analyse([target("new", slow_after)], [target("old", base_after)], min_requests=8)
+    latency = set(c[0] for c in CHECKS if c[1] in ("queue_time", "ttft", "itl", "e2e"))
+    assert alone["verdict"] == "fail" and failed(alone) and set(failed(alone)) <= latency, alone["reason"]
+    # its window before the change, under the same traffic, against the same baseline
+    before = analyse([target("new", slow_before)], [target("old", base_before)], min_requests=8)
+    assert before["verdict"] == "fail"
+    result = analyse([target("new", slow_after)], [target("old", base_after)], min_requests=8, before=before)
+    assert result["verdict"] == "pass", result["reason"]
+    assert result["before"]["used"] is True and set(failed(alone)) <= set(result["before"]["handicaps"])
+    for metric in failed(alone):
+        check = by_metric(result)[metric]
+        assert check["result"] == "pass" and check["before"]["handicap"] > 0 and check["judged_value"] < check["canary"]
+    assert "judged on what the change added where the host was worse before it" in result["reason"]
+
+
+def test_a_real_regression_on_top_of_a_slow_host_still_fails():
+    canary, baseline = pair("canary-same")
+    low_canary, low_baseline = pair("canary-low-seqs")
+    before = analyse([target("new", _halves(_slower(canary))[0])], [target("old", _halves(baseline)[0])],
+                     min_requests=8)
+    # after the change: the host is capped at 4 sequences and queues (the real capture), slower still
+    result = analyse([target("new", _slower(low_canary), max_num_seqs=4)], [target("old", low_baseline)],
+                     before=before)
+    assert result["verdict"] == "fail", result["reason"]
+    queue = by_metric(result)["queue_time_p95"]
+    assert queue["result"] == "fail" and queue["judged_value"] is not None or queue["before"]["handicap"] == 0
+    assert "queue_time_p95" in failed(result) or "requests_waiting" in failed(result)
+
+
+def test_a_host_better_than_its_baseline_before_gets_no_credit_and_no_blame():
+    canary, baseline = pair("canary-same")
+    # the baseline was the slower one before: the canary had no handicap, nothing is taken off
+    before = analyse([target("new", _halves(canary)[0])], [target("old", _halves(_slower(baseline))[0])],
+                     min_requests=8)
+    result = analyse([target("new", _halves(canary)[1])], [target("old", _halves(baseline)[1])],
+                     min_requests=8, before=before)
+    latency = set(c[0] for c in CHECKS if c[1] in ("queue_time", "ttft", "itl", "e2e"))
+    assert result["before"]["used"] is True and not latency & set(result["before"]["handicaps"])
+    plain = analyse([target("new", _halves(canary)[1])], [target("old", _halves(baseline)[1])], min_requests=8)
+    assert result["verdict"] == plain["verdict"]
+    assert [c["result"] for c in result["checks"]] == [c["result"] for c in plain["checks"]]
+
+
+@pytest.mark.parametrize("before, why", [
+    ({"mode": "absolute", "checks": []}, "no baseline to compare with"),
+    ({"mode": "baseline", "requests": {"canary": 3}, "checks": []}, "fewer than min_requests"),
+    ({"mode": "baseline", "requests": {"canary": 50}, "checks": [{"metric": "ttft_p95", "canary": None}]},
+     "compared no check"),
+    ("not a result", "no result of a window before the change"),
+])
+def test_a_window_before_the_change_that_cannot_be_used_is_said_and_changes_nothing(before, why):
+    canary, baseline = pair("canary-same")
+    plain = analyse([target("new", canary)], [target("old", baseline)])
+    result = analyse([target("new", canary)], [target("old", baseline)], before=before)
+    assert result["before"] == {"used": False, "why": result["before"]["why"], "handicaps": {}}
+    assert why in result["before"]["why"]
+    assert result["verdict"] == plain["verdict"] and result["reason"] == plain["reason"]

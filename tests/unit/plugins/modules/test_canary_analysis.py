@@ -206,6 +206,19 @@ def test_baseline_servers_are_pooled_and_keys_go_to_their_own_server(run_module,
     assert "secret" not in json.dumps(result)
 
 
+def test_a_result_before_the_change_comes_back_as_before(run_module, replay):
+    """The deploy registers the window before the change and passes it as it came back (JSON)."""
+    replay({CANARY: "canary-same-canary", BASELINE: "canary-same-baseline"})
+    unused, first = run_module(canary_analysis, dict(args(baseline=[BASELINE]), fail_on=[]))
+    replay({CANARY: "canary-same-canary", BASELINE: "canary-same-baseline"})
+    failed, result = run_module(canary_analysis, dict(args(baseline=[BASELINE]), before=json.loads(json.dumps(first))))
+    assert not failed and result["verdict"] == "pass"
+    assert result["before"]["used"] is True and result["before"]["why"] is None
+    ttft = [c for c in result["checks"] if c["metric"] == "ttft_p95"][0]
+    assert ttft["before"]["canary"] == first["checks"][[c["metric"] for c in first["checks"]].index("ttft_p95")]["canary"]
+    assert "before" not in first
+
+
 def test_check_mode_reads_as_usual(run_module, replay):
     replay({CANARY: "canary-same-canary", BASELINE: "canary-same-baseline"})
     failed, result = run_module(canary_analysis, dict(args(baseline=[BASELINE]), _ansible_check_mode=True))
@@ -226,6 +239,7 @@ def test_check_mode_reads_as_usual(run_module, replay):
     ({"baseline": [{"name": "b", "url": BASELINE, "max_num_seqs": 0}]}, "baseline[0].max_num_seqs must be 1 or more"),
     ({"baseline": [{"name": "b", "url": "ftp://x"}]}, "baseline[0].url must start with http:// or https://"),
     ({"fail_on": ["unhealthy"]}, "fail_on"),
+    ({"before": {"verdict": "pass"}}, "before must be a result of kvfleet.vllm.canary_analysis for the same canary"),
 ])
 def test_bad_options_fail_before_any_request(run_module, replay, changes, text):
     server = replay({CANARY: "canary-same-canary", BASELINE: "canary-same-baseline"})
