@@ -21,7 +21,7 @@ from ansible_collections.kvfleet.vllm.plugins.plugin_utils._router import Router
 
 # the module's result, as the report keeps it (no samples: they are the analysis's raw data)
 _DIGEST_KEYS = ("verdict", "reason", "mode", "checks", "requests", "causes", "window_seconds", "warmup_seconds",
-                "decided_early")
+                "decided_early", "before")
 
 
 class RolloutError(ValueError):
