@@ -738,6 +738,14 @@ def _rate(windows):
     return (sum(w["finished"] for w in windows) / seconds) if seconds > 0 else None
 
 
+def _rates(canary_windows, hosts):
+    """Finished requests per second per server: the canary's, and the median baseline host's
+    (0.0 without a window); a rollout reads an idle fleet from them."""
+    mine = _rate([w for w in canary_windows if w["usable"]])
+    rates = [r for r in (_rate([w for w in ws if w["usable"]]) for unused, ws in hosts) if r is not None]
+    return {"canary": round(mine or 0.0, _DIGITS), "baseline": round(_median(rates), _DIGITS) if rates else 0.0}
+
+
 def _traffic(canary_windows, hosts, min_requests, th):
     """traffic_share: the canary's finished requests per second per server against the median
     baseline host's per server. Its p-value: the chance of finishing this few or fewer if the
@@ -910,7 +918,8 @@ def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None
     {"verdict", "reason", "checks", "requests": {"canary", "baseline"}, "causes" (the canary
      targets' causes, each with its "target"), "mode" ("baseline" or "absolute"), "restarted"
      (the canary targets' restarts, by name), "targets": [{"name", "side", "verdict",
-     "requests", "pooled", "why"}], "warmup_seconds"}.
+     "requests", "pooled", "why"}], "warmup_seconds", "rates" (finished requests per second per
+     server: the canary's and the median baseline host's)}.
     """
     th = dict(DEFAULT_THRESHOLDS)
     th.update(thresholds or {})
@@ -991,7 +1000,7 @@ def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None
     out = {"checks": checks, "requests": requests, "causes": causes, "mode": mode,
            "targets": targets, "thresholds": th, "min_requests": min_requests,
            "window_seconds": window_seconds, "warmup_seconds": warmup or 0,
-           "baseline_hosts": [h for h, unused in hosts]}
+           "baseline_hosts": [h for h, unused in hosts], "rates": _rates(canary_windows, hosts)}
     if before is not None:
         out["before"] = {"used": bool(pre) and mode == "baseline", "why": pre_why,
                          "handicaps": dict((c["metric"], c["before"]["handicap"]) for c in checks

@@ -545,6 +545,13 @@ before:
   returned: when O(before) is given
   type: dict
   sample: {used: true, why: null, handicaps: {ttft_p95: 0.061}}
+rates:
+  description: Finished requests per second per server over the window, C(canary) (its servers')
+    and C(baseline) (the median baseline host's); 0.0 for a side without a window. A rollout reads
+    an idle fleet from them.
+  returned: always
+  type: dict
+  sample: {canary: 0.42, baseline: 0.45}
 warmup_seconds:
   description: O(warmup), as applied.
   returned: always
