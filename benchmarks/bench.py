@@ -743,6 +743,18 @@ def markdown(res):
                 seconds = r["seconds"] if r["seconds"] is not None else "-"
                 lines.append("| %s | %s | %s | %s |" % (name, r["samples"] or "never", seconds,
                                                         ", ".join(r["named"]) or "-"))
+        if c.get("slower_host"):
+            lines += ["", "A harmless change on a host already slower than its peer (derived: the identical-settings "
+                      "pair with the canary one histogram bucket slower, before and after): each window after a "
+                      "window of the same length before it, each way round, `min_requests` 8. Judged alone, the "
+                      "host fails for what it was before; with its window before the change (`before`, the "
+                      "deploy's `vllm_deploy_analysis_before_seconds`), the change is judged.", "",
+                      "| window (samples) | analyses | host judged: pass / inconclusive / fail | "
+                      "change judged: pass / inconclusive / fail |", "|---|---|---|---|"]
+            for r in c["slower_host"]:
+                lines.append("| %d | %d | %s | %s |" % (r["window_samples"], r["analyses"], " / ".join(
+                    str(r["host_judged"].get(v, 0)) for v in ("pass", "inconclusive", "fail")), " / ".join(
+                    str(r["change_judged"].get(v, 0)) for v in ("pass", "inconclusive", "fail"))))
         lines += ["", "| bad canary | failed after (samples, from its first) | named |", "|---|---|---|"]
         for name, r in sorted(c["time_to_fail"].items()):
             when = "%s (%s s)" % (r["samples"], r["seconds"]) if r["samples"] else "never"
@@ -885,6 +897,8 @@ def main():
         missing.append("restart")
     if "canary" in res and res["canary"]["time_to_fail"]["small_kv_cache"]["samples"] is None:
         missing.append("canary: the small KV cache's canary was never failed")
+    if "canary" in res and any(r["change_judged"].get("fail") for r in res["canary"].get("slower_host") or []):
+        missing.append("canary: a harmless change on a slower host was failed with its window before the change")
     if missing:
         print("benchmarks without results: %s" % ", ".join(missing), file=sys.stderr)
         return 1

@@ -108,6 +108,41 @@ def decisions():
     return out
 
 
+def _slower(samples, buckets=1):
+    """The same server on a slower host (derived, as in the unit tests): every request of every
+    latency histogram `buckets` buckets later."""
+    out = copy.deepcopy(samples)
+    for snap in out:
+        for engines in snap["histograms"].values():
+            for hist in engines.values():
+                counts = hist["counts"]
+                hist["counts"] = [0] * buckets + counts[:len(counts) - 1 - buckets] + counts[-1:]
+    return out
+
+
+def slower_host(window):
+    """A harmless change on a host already slower than its peer: the pair with identical
+    settings, the canary slowed by one bucket before and after; each window of `window` samples
+    after a window of the same length before it, each way round. Verdicts without the window
+    before the change (the host judged) and with it (the change judged: the difference of
+    differences)."""
+    a, b = fixtures.replay("canary-same-canary"), fixtures.replay("canary-same-baseline")
+    without, judged = {}, {}
+    for first, second in ((a, b), (b, a)):
+        slow = _slower(first)
+        for start in range(0, len(first) - 2 * window + 1):
+            pre = analyse([_target("canary", slow[start:start + window], max_num_seqs=16)],
+                          [_target("baseline", second[start:start + window], max_num_seqs=16)], min_requests=8)
+            after = ([_target("canary", slow[start + window:start + 2 * window], max_num_seqs=16)],
+                     [_target("baseline", second[start + window:start + 2 * window], max_num_seqs=16)])
+            v = analyse(*copy.deepcopy(after), min_requests=8)["verdict"]
+            without[v] = without.get(v, 0) + 1
+            v = analyse(*copy.deepcopy(after), min_requests=8, before=pre)["verdict"]
+            judged[v] = judged.get(v, 0) + 1
+    return {"window_samples": window, "analyses": sum(without.values()), "host_judged": without,
+            "change_judged": judged}
+
+
 def cpu_per_target_sample(reps):
     canary, baseline = fixtures.replay("canary-same-canary"), fixtures.replay("canary-same-baseline")
     targets = [_target("canary", canary)], [_target("baseline", baseline)]
@@ -125,6 +160,7 @@ def bench(smoke):
         n, verdicts = false_fails(w)
         out["false_fail"].append({"window_samples": w, "analyses": n, "verdicts": verdicts,
                                   "false_fail_rate": verdicts.get("fail", 0) / float(n)})
+    out["slower_host"] = [slower_host(w) for w in ([8] if smoke else [6, 8, 10])]
     out["early"] = decisions()
     out["time_to_fail"]["small_kv_cache"] = first_fail("canary-small-kv", max_num_seqs=16)
     out["time_to_fail"]["low_max_num_seqs"] = first_fail("canary-low-seqs", max_num_seqs=4)
