@@ -208,6 +208,7 @@ nvml_error:
   type: str
 """
 
+import sys
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -235,8 +236,8 @@ def main():
         if required:
             module.fail_json(msg=missing_required_lib("nvidia-ml-py"),
                              exception=PYNVML_IMPORT_ERROR)
-        module.exit_json(changed=False, gpus=[], nvml_error="the pynvml module is not installed "
-                         "(pip package nvidia-ml-py)")
+        module.exit_json(changed=False, gpus=[], nvml_error="the pynvml module is not installed in "
+                         "%s (pip package nvidia-ml-py)" % sys.executable)
     try:
         facts = collect(pynvml, xid_wait_ms=wait)
     except NvmlUnavailable as exc:

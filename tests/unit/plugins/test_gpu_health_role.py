@@ -66,7 +66,10 @@ def play(tmp_path_factory):
         # the CLI of the ansible this test imports (ansible-test units has no ansible-playbook script)
         argv = [sys.executable, "-m", "ansible.cli.playbook", "-i", "localhost,", "-c", "local",
                 "-e", "ansible_python_interpreter=%s" % sys.executable,
-                "-e", json.dumps({"vllm_server_gpu_health": policy}), str(work / "play.yml")]
+                # gpu_info with this Python (the fake on its path), not the role's NVML venv; the
+                # fake's driver supports CUDA 12.4 (test_gpu_preflight_role.py checks the CUDA)
+                "-e", json.dumps({"vllm_server_gpu_health": policy, "vllm_server_nvml_python": sys.executable,
+                                  "vllm_server_cuda_version": "12.4"}), str(work / "play.yml")]
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
         return proc.returncode, proc.stdout + proc.stderr
     return run
