@@ -17,3 +17,15 @@ attributes:
     support: none
     description: Nothing is changed, so there is nothing to diff.
 """
+
+    # The modules in meta/runtime.yml's action group vllm (their transport options set once).
+    ACTION_GROUP = r"""
+attributes:
+  action_group:
+    description: Use C(group/kvfleet.vllm.vllm) in C(module_defaults) to set the transport options
+      (O(timeout), O(validate_certs), O(ca_path), O(client_cert), O(client_key), O(max_body_bytes))
+      once for every module of the group.
+    support: full
+    membership:
+      - kvfleet.vllm.vllm
+"""

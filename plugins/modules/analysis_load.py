@@ -25,6 +25,7 @@ author:
   - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
   - kvfleet.vllm.connection.transport
+  - kvfleet.vllm.attributes.action_group
 attributes:
   check_mode:
     support: full

@@ -45,6 +45,7 @@ author:
 extends_documentation_fragment:
   - kvfleet.vllm.connection
   - kvfleet.vllm.connection.transport
+  - kvfleet.vllm.attributes.action_group
   - kvfleet.vllm.attributes.info_module
 options:
   url:

@@ -56,6 +56,7 @@ author:
   - kvfleet maintainers (@kvfleet)
 extends_documentation_fragment:
   - kvfleet.vllm.connection.transport
+  - kvfleet.vllm.attributes.action_group
   - kvfleet.vllm.attributes.info_module
 options:
   canary:

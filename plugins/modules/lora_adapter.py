@@ -27,6 +27,7 @@ author:
 extends_documentation_fragment:
   - kvfleet.vllm.connection
   - kvfleet.vllm.connection.transport
+  - kvfleet.vllm.attributes.action_group
 attributes:
   check_mode:
     support: full

@@ -28,6 +28,7 @@ author:
 extends_documentation_fragment:
   - kvfleet.vllm.connection
   - kvfleet.vllm.connection.transport
+  - kvfleet.vllm.attributes.action_group
   - kvfleet.vllm.attributes.info_module
 notes:
   - Fails when C(/metrics) cannot be read (naming the URL and the cause) or does not hold vLLM
