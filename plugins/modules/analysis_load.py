@@ -54,6 +54,18 @@ options:
       host:
         description: The inventory host the server belongs to, returned as is.
         type: str
+      max_num_seqs:
+        description: Accepted and not used, so that M(kvfleet.vllm.canary_analysis)'s targets serve as they are.
+        type: int
+      max_num_batched_tokens:
+        description: Accepted and not used, as O(targets[].max_num_seqs).
+        type: int
+      max_num_active_seqs:
+        description: Accepted and not used, as O(targets[].max_num_seqs).
+        type: int
+      max_model_len:
+        description: Accepted and not used, as O(targets[].max_num_seqs).
+        type: int
   prompts:
     description: The prompts, used in turn. Use prompts of the lengths your users send; the load
       is only as telling as they are.
@@ -137,6 +149,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fetch import (
     CONNECTION_ARGS, check_connection_params, make_fetcher, make_poster)
+from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import target_options
 from ansible_collections.kvfleet.vllm.plugins.module_utils._load import check, run
 from ansible_collections.kvfleet.vllm.plugins.module_utils._lora import answer_text
 
@@ -176,9 +189,8 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             transport,
-            targets=dict(type="list", elements="dict", required=True, options=dict(
-                name=dict(type="str", required=True), url=dict(type="str", required=True),
-                api_key=dict(type="str", no_log=True), host=dict(type="str"))),
+            # canary_analysis's targets as they are (their scheduler limits are not used here)
+            targets=dict(type="list", elements="dict", required=True, options=target_options()),
             prompts=dict(type="list", elements="str", required=True),
             model=dict(type="str"),
             duration=dict(type="float", required=True),

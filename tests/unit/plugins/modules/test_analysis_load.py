@@ -112,6 +112,16 @@ def test_the_module_loads_every_target_with_the_prompts_in_turn(run_module, vllm
     assert "k-new" not in json.dumps(result)
 
 
+def test_canary_analysis_targets_serve_as_they_are(run_module, vllm):
+    """The deploy sends the load to the analysis's own targets, scheduler limits and all."""
+    vllm()
+    targets = [dict(t, max_num_seqs=2, max_model_len=1024, max_num_batched_tokens=256, max_num_active_seqs=2)
+               for t in ARGS["targets"]]
+    failed, result = run_module(analysis_load, dict(ARGS, targets=targets))
+    assert not failed, result.get("msg")
+    assert result["requests_sent"] == 8 and [t["name"] for t in result["targets"]] == ["new", "old"]
+
+
 def test_short_or_refused_answers_are_failures(run_module, vllm):
     vllm(tokens=3)
     failed, result = run_module(analysis_load, ARGS)
