@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: analysis_charts
-short_description: Charts of a deploy's analysis under traffic, canary against baseline, as inline SVG
+short_description: (internal) Charts of a deploy's analysis under traffic, canary against baseline, as inline SVG
 version_added: 0.4.0
 description:
   - From one host's C(analysis) in the kvfleet.vllm.deploy report (its C(series)), four line charts

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: analysis_outcome
-short_description: What kvfleet.vllm.deploy does with a host's canary analysis
+short_description: (internal) What kvfleet.vllm.deploy does with a host's canary analysis
 version_added: 0.4.0
 description:
   - From a M(kvfleet.vllm.canary_analysis) result, what the deploy does with the changed host, that is the

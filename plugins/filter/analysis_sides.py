@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: analysis_sides
-short_description: The canary and the baseline of a host's analysis in kvfleet.vllm.deploy
+short_description: (internal) The canary and the baseline of a host's analysis in kvfleet.vllm.deploy
 version_added: 0.4.0
 description:
   - From the deploy's host rows (each host's C(_rollout_row)), the servers that

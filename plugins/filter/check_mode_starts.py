@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: check_mode_starts
-short_description: In check mode, the units the server role would start
+short_description: (internal) In check mode, the units the server role would start
 version_added: 0.4.0
 description:
   - In check mode the host program's C(start) does not run; the role asks

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: deploy_order
-short_description: The order of kvfleet.vllm.deploy's batches
+short_description: (internal) The order of kvfleet.vllm.deploy's batches
 version_added: 0.4.0
 description:
   - The deploy's hosts in batch order, hosts an earlier run left drained first (the next deploy

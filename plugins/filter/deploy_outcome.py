@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: deploy_outcome
-short_description: A host's outcome in kvfleet.vllm.deploy, from what happened to it
+short_description: (internal) A host's outcome in kvfleet.vllm.deploy, from what happened to it
 version_added: 0.4.0
 description:
   - The host's report entry updated for an event of its deploy, in one place for every step that

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: deploy_rows
-short_description: Finish the kvfleet.vllm.deploy summary rows of hosts a run lost
+short_description: (internal) Finish the kvfleet.vllm.deploy summary rows of hosts a run lost
 version_added: 0.4.0
 description:
   - A host whose line of the summary was never finished (it became unreachable, the run was

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: deploy_table
-short_description: The summary table of the kvfleet.vllm.deploy playbook, as text lines
+short_description: (internal) The summary table of the kvfleet.vllm.deploy playbook, as text lines
 version_added: 0.2.0
 description:
   - One header line, one line per host (host, batch, version and config hash before and after,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: diagnose_targets
-short_description: Every instance the controller probes in kvfleet.vllm.diagnose
+short_description: (internal) Every instance the controller probes in kvfleet.vllm.diagnose
 version_added: 0.4.0
 description:
   - The targets of M(kvfleet.vllm.cache_gate) when C(vllm_diagnose_from_controller) is true, one per

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: diagnosis_charts
-short_description: The kvfleet.vllm.diagnose report's charts of one instance, as inline SVG
+short_description: (internal) The kvfleet.vllm.diagnose report's charts of one instance, as inline SVG
 version_added: 0.4.0
 description:
   - Small line charts of one row of P(kvfleet.vllm.diagnosis_rows#filter) - KV cache usage,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: diagnosis_rows
-short_description: The rows of the kvfleet.vllm.diagnose playbook, from cache_gate results
+short_description: (internal) The rows of the kvfleet.vllm.diagnose playbook, from cache_gate results
 version_added: 0.3.0
 description:
 - One row per instance (host, instance, version, verdict, state, causes, KV usage, running, waiting, preemptions

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: diagnosis_table
-short_description: The fleet table of the kvfleet.vllm.diagnose playbook, as text lines
+short_description: (internal) The fleet table of the kvfleet.vllm.diagnose playbook, as text lines
 version_added: 0.1.0
 description:
   - One header line and one line per instance (host, instance, version, verdict, causes, KV usage,

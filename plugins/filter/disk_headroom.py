@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: disk_headroom
-short_description: Why a host's disks are too full for what is about to be written, in sentences
+short_description: (internal) Why a host's disks are too full for what is about to be written, in sentences
 version_added: 0.2.0
 description:
   - Compares the free space of the filesystems that paths are (or will be) created on with what

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: hosttools_files
-short_description: The files the hosttools role installs on a host
+short_description: (internal) The files the hosttools role installs on a host
 version_added: 0.4.0
 description:
   - The host program's library (the package markers, then the collection's own module_utils,

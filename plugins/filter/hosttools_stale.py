@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: hosttools_stale
-short_description: The host tools whose installed copy differs from the controller's
+short_description: (internal) The host tools whose installed copy differs from the controller's
 version_added: 0.4.0
 description:
   - Compares each file of P(kvfleet.vllm.hosttools_files#filter) with what one command read on the

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: kv_sizing
-short_description: What each instance's KV cache holds, from the gate run after a deploy
+short_description: (internal) What each instance's KV cache holds, from the gate run after a deploy
 version_added: 0.3.0
 description:
   - For each instance of the gate's results, the cache in tokens and blocks (from

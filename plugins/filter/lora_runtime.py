@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: lora_runtime
-short_description: Whether a vLLM unit change is only its LoRA adapters (loaded and unloaded without a restart)
+short_description: (internal) Whether a vLLM unit change is only its LoRA adapters (loaded and unloaded without a restart)
 version_added: 0.4.0
 description:
   - Compares the unit on the host with the one the server role would write, with the words of

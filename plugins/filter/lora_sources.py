@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: lora_sources
-short_description: Where each pinned LoRA adapter comes from and where it lives on the host
+short_description: (internal) Where each pinned LoRA adapter comes from and where it lives on the host
 version_added: 0.4.0
 description:
   - Checks each item of C(vllm_server_lora_adapters) like P(kvfleet.vllm.model_source#filter) checks

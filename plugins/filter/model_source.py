@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: model_source
-short_description: Where a pinned model comes from and where it lives on the host
+short_description: (internal) Where a pinned model comes from and where it lives on the host
 version_added: 0.4.0
 description:
   - Checks C(vllm_server_model_source) (name, revision, from, path, manifest; repo with C(from=hub))

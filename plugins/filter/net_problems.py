@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: net_problems
-short_description: Why a host's instances could not bind their ports or reach their serving group's head, in sentences
+short_description: (internal) Why a host's instances could not bind their ports or reach their serving group's head, in sentences
 version_added: 0.3.0
 description:
   - Reads the server role's C(net_probe.py) result (its C(bind) and C(reach) lists), before

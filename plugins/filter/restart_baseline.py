@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: restart_baseline
-short_description: The baseline of the analysis after a scheduled restart
+short_description: (internal) The baseline of the analysis after a scheduled restart
 version_added: 0.4.0
 description:
   - The servers that the restart guard on one host compares its restarted instances with

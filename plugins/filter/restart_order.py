@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: restart_order
-short_description: The order in which vLLM units restart, a serving group's included
+short_description: (internal) The order in which vLLM units restart, a serving group's included
 version_added: 0.4.0
 description:
   - A serving group restarts as one unit (docs/serving-groups.md). Its heads stop first, then its

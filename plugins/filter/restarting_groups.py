@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: restarting_groups
-short_description: The serving groups that restart in a deploy's batch
+short_description: (internal) The serving groups that restart in a deploy's batch
 version_added: 0.4.0
 description:
   - The keys (C(address:rpc_port) of the head) of the serving groups with an instance that

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: rollback_plan
-short_description: What the server role's rollback restarts, and the serving groups' order
+short_description: (internal) What the server role's rollback restarts, and the serving groups' order
 version_added: 0.4.0
 description:
   - A restored instance restarts when its unit or environment file changed back, when it is not

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: router_wrong_listings
-short_description: The routers that do not list a host's instances as a drain or an undrain should leave them
+short_description: (internal) The routers that do not list a host's instances as a drain or an undrain should leave them
 version_added: 0.4.0
 description:
   - After the deploy's drain of a host (C(tasks/router_hook.yml)), the routers that still list any of

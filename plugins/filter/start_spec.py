@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: start_spec
-short_description: Each instance's unit and the files its process reads at start
+short_description: (internal) Each instance's unit and the files its process reads at start
 version_added: 0.4.0
 description:
   - What the host program's C(kvfleet-vllm start --spec) takes (and C(stale) for one unit), from the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: systemctl_show
-short_description: The output of C(systemctl show) for several units, one dict per unit
+short_description: (internal) The output of C(systemctl show) for several units, one dict per unit
 version_added: 0.4.0
 description:
   - C(systemctl show --property=...) prints one block of C(KEY=VALUE) lines per unit, the blocks

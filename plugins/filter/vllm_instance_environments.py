@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: vllm_instance_environments
-short_description: Each vLLM instance's environment variables, apart from the instance model
+short_description: (internal) Each vLLM instance's environment variables, apart from the instance model
 version_added: 0.4.0
 description:
   - The values P(kvfleet.vllm.vllm_instances#filter) leaves out of its instances, which give the names

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: vllm_instances
-short_description: Every fact about each vLLM instance, derived once from the server role's variables
+short_description: (internal) Every fact about each vLLM instance, derived once from the server role's variables
 version_added: 0.3.0
 description:
   - The one model of an instance that the server role, its unit template, the deployment record
