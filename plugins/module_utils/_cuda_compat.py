@@ -120,7 +120,7 @@ def cuda_from_metadata(text):
     for line in str(text or "").splitlines():
         if not line.strip():
             break   # the headers end at the first empty line; the description follows
-        key, _, value = line.partition(":")
+        key, unused, value = line.partition(":")
         key, value = key.strip().lower(), value.strip()
         if key == "name" and name is None:
             name = value

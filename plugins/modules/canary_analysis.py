@@ -546,6 +546,16 @@ before:
   returned: when O(before) is given
   type: dict
   sample: {used: true, why: null, handicaps: {ttft_p95: 0.061}}
+  contains:
+    used:
+      description: The window before the change was used.
+      type: bool
+    why:
+      description: Why it was not used, or null.
+      type: str
+    handicaps:
+      description: By check, what was taken off the canary's values (only the checks with something taken off).
+      type: dict
 rates:
   description: Finished requests per second per server over the window, C(canary) (its servers')
     and C(baseline) (the median baseline host's); 0.0 for a side without a window. A rollout reads

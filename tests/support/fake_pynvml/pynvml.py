@@ -88,10 +88,10 @@ class NVMLError(Exception):
         NVML_ERROR_UNKNOWN: "Unknown Error",
     }
 
-    def __new__(typ, value):
-        if typ == NVMLError:
-            typ = NVMLError._valClassMapping.get(value, typ)
-        obj = Exception.__new__(typ)
+    def __new__(cls, value):
+        # NVMLError(value) is the value's subclass, as in the real module
+        kind = NVMLError._valClassMapping.get(value, cls) if cls == NVMLError else cls
+        obj = Exception.__new__(kind)
         obj.value = value
         return obj
 
