@@ -890,7 +890,11 @@ def before_differences(before, min_requests=DEFAULT_MIN_REQUESTS):
     if not isinstance(before, dict):
         return {}, "no result of a window before the change"
     if before.get("mode") != "baseline":
-        return {}, "the window before the change had no baseline to compare with"
+        pooled = (before.get("requests") or {}).get("baseline")
+        if _is_number(pooled) and pooled < min_requests:
+            return {}, ("the baseline finished %d request(s) in the window before the change, fewer than "
+                        "min_requests %d" % (pooled, min_requests))
+        return {}, "the window before the change had no healthy baseline that serves what the canary serves"
     finished = (before.get("requests") or {}).get("canary")
     if not _is_number(finished) or finished < min_requests:
         return {}, "the host finished %s request(s) in the window before the change, fewer than min_requests %d" % (

@@ -661,7 +661,9 @@ def test_a_host_better_than_its_baseline_before_gets_no_credit_and_no_blame():
 
 
 @pytest.mark.parametrize("before, why", [
-    ({"mode": "absolute", "checks": []}, "no baseline to compare with"),
+    ({"mode": "absolute", "checks": []}, "no healthy baseline that serves what the canary serves"),
+    ({"mode": "absolute", "requests": {"canary": 30, "baseline": 5}, "checks": []},
+     "the baseline finished 5 request(s) in the window before the change, fewer than min_requests 20"),
     ({"mode": "baseline", "requests": {"canary": 3}, "checks": []}, "fewer than min_requests"),
     ({"mode": "baseline", "requests": {"canary": 50}, "checks": [{"metric": "ttft_p95", "canary": None}]},
      "compared no check"),
