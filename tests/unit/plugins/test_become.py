@@ -26,7 +26,7 @@ from ansible_collections.kvfleet.vllm.tests.unit.plugins.test_playbook_includes 
 PLAYBOOKS = os.path.join(ROOT, "playbooks")
 # task files and role entry points that read world-readable files or only compute: no root
 NO_ROOT = {"record.yml", "serving_group_batch.yml", "serving_group_barrier.yml", "deploy_analyse.yml",
-           "report.yml", "step_start.yml",
+           "report.yml", "step_start.yml", "play_settings.yml",
            "kvfleet.vllm.server:instances", "kvfleet.vllm.hosttools:paths", "kvfleet.vllm.rollout:record"}
 ROLLOUT = os.path.join(ROOT, "roles", "rollout", "tasks")
 # the rollout role's entry points: the plays apply them without become, and each becomes root
