@@ -8,7 +8,18 @@ no nvmlDeviceGetTemperatureV)."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections import namedtuple
+
+def _standin_constants():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support", "fake_pynvml", "pynvml.py")
+    spec = importlib.util.spec_from_file_location("kvfleet_standin_pynvml", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict((k, v) for k, v in vars(module).items()
+                if k.startswith(("NVML_", "nvml")) and isinstance(v, int) and not isinstance(v, bool))
+
 
 Memory = namedtuple("Memory", "total free used")
 Util = namedtuple("Util", "gpu memory")
@@ -86,39 +97,6 @@ def healthy_gpu(**overrides):
 
 class FakeNvml(object):
     NVMLError = NVMLError
-    NVML_FEATURE_DISABLED = 0
-    NVML_FEATURE_ENABLED = 1
-    NVML_ERROR_TIMEOUT = 10
-    NVML_ERROR_FUNCTION_NOT_FOUND = 13
-    NVML_ERROR_GPU_IS_LOST = 15
-    NVML_ERROR_RESET_REQUIRED = 16
-    NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
-    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
-    NVML_VOLATILE_ECC = 0
-    NVML_AGGREGATE_ECC = 1
-    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
-    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
-    NVML_TEMPERATURE_THRESHOLD_SHUTDOWN = 0
-    NVML_TEMPERATURE_THRESHOLD_SLOWDOWN = 1
-    NVML_TEMPERATURE_GPU = 0
-    NVML_NVLINK_MAX_LINKS = 36
-    NVML_NVLINK_ERROR_DL_REPLAY = 0
-    NVML_NVLINK_ERROR_DL_RECOVERY = 1
-    NVML_NVLINK_ERROR_DL_CRC_FLIT = 2
-    NVML_NVLINK_ERROR_DL_CRC_DATA = 3
-    NVML_NVLINK_ERROR_DL_ECC_DATA = 4
-    nvmlEventTypeXidCriticalError = 0x8
-    nvmlClocksEventReasonGpuIdle = 0x1
-    nvmlClocksEventReasonApplicationsClocksSetting = 0x2
-    nvmlClocksEventReasonSwPowerCap = 0x4
-    nvmlClocksEventReasonHwSlowdown = 0x8
-    nvmlClocksEventReasonSyncBoost = 0x10
-    nvmlClocksEventReasonSwThermalSlowdown = 0x20
-    nvmlClocksEventReasonHwThermalSlowdown = 0x40
-    nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
-    nvmlClocksEventReasonDisplayClockSetting = 0x100
-    nvmlClocksThrottleReasonBoardLimit = 0x200
-    nvmlClocksThrottleReasonReliability = 0x400
 
     def __init__(self, gpus=None, init_error=None, cuda=12040):
         self.gpus = gpus if gpus is not None else [
@@ -306,6 +284,12 @@ class FakeNvml(object):
 
     def nvmlEventSetFree(self, eventSet):
         self.event_sets[eventSet]["freed"] = True
+
+
+# The constants, one copy: the stand-in pynvml's (tests/support/fake_pynvml), which
+# tests/unit/plugins/test_fake_pynvml.py checks against the real package.
+for _name, _value in _standin_constants().items():
+    setattr(FakeNvml, _name, _value)
 
 
 class OldFakeNvml(FakeNvml):
