@@ -44,7 +44,7 @@ def play(tmp_path):
                 "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")]
         if extra is not None:
             argv[-1:-1] = ["-e", json.dumps(extra)]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
         return proc.returncode, proc.stdout + proc.stderr
     return run
 
