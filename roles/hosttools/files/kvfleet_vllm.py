@@ -236,8 +236,8 @@ _NVML = {}
 def load_nvml(venv=None):
     """The pynvml module (nvidia-ml-py, one file of ctypes calls) for the GPU memory reading, or
     None: the system's if it has one, else the copy in the vLLM venv the record names (the
-    package's, or the one vLLM ships as vllm/third_party/pynvml.py). Loaded by path, so the
-    venv's Python version does not matter. Once per run."""
+    package's, or the one vLLM ships as vllm/third_party/pynvml.py), else the server role's NVML
+    venv beside it. Loaded by path, so the venv's Python version does not matter. Once per run."""
     if "module" in _NVML:
         return _NVML["module"]
     module = None
@@ -250,6 +250,10 @@ def load_nvml(venv=None):
         if isinstance(venv, str) and venv.startswith("/"):
             for rel in ("pynvml.py", "vllm/third_party/pynvml.py"):
                 found += sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", rel)))
+            # the server role's NVML venv beside it (kvfleet-nvml-<version>: the pinned nvidia-ml-py
+            # that gpu_info reads with), the newest version first
+            found += sorted(glob.glob(os.path.join(os.path.dirname(venv.rstrip("/")), "kvfleet-nvml-*", "lib",
+                                                   "python3*", "site-packages", "pynvml.py")), reverse=True)
         for path in found:
             try:
                 spec = importlib.util.spec_from_file_location("kvfleet_pynvml", path)

@@ -218,6 +218,12 @@ def test_load_nvml_finds_the_copy_in_the_vllm_venv(tmp_path, monkeypatch):
     monkeypatch.setattr(prog, "_NVML", {})
     (third / "pynvml.py").write_text("raise RuntimeError('broken copy')\n")
     assert prog.load_nvml(str(tmp_path / "venv")) is None
+    # the server role's NVML venv beside the vLLM venv (what gpu_info reads with)
+    nvml = tmp_path / "kvfleet-nvml-13.615.71" / "lib" / "python3.11" / "site-packages"
+    nvml.mkdir(parents=True)
+    (nvml / "pynvml.py").write_text("WHERE = 'nvml venv'\n")
+    monkeypatch.setattr(prog, "_NVML", {})
+    assert prog.load_nvml(str(tmp_path / "venv")).WHERE == "nvml venv"
 
 
 def test_unit_memory_of_this_process():
