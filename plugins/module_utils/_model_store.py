@@ -89,11 +89,12 @@ class TooLarge(ValueError):
     """More bytes than the limit of copy_hashed."""
 
 
-def copy_hashed(src, out=None, limit=None):
+def copy_hashed(src, out=None, limit=None, digest=None):
     """Read file object `src` to its end in 1 MiB blocks, writing each to `out` when given:
     (sha256 hex digest, bytes read). A download is checked as it arrives (module model_fetch).
-    limit: the most bytes it may bring; TooLarge past it (an endless body stops there)."""
-    digest, size = hashlib.sha256(), 0
+    limit: the most bytes it may bring; TooLarge past it (an endless body stops there).
+    digest: a hashlib sha256 object to go on from (a download resumed after the bytes it hashed)."""
+    digest, size = digest if digest is not None else hashlib.sha256(), 0
     while True:
         block = src.read(_CHUNK)
         if not block:

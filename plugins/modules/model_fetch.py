@@ -15,7 +15,13 @@ description:
     C(resolve) URL (C(<endpoint>/<repo>/resolve/<commit>/)), into a folder beside O(path), checks
     each file's sha256 while it arrives, and renames the folder to O(path) with a stamp only when
     every file matches (as M(kvfleet.vllm.model_store) promotes a revision).
-  - A file whose bytes differ from the manifest stops the download, named, and nothing is kept.
+  - A file whose bytes differ from the manifest stops the download, named, and that file is
+    removed.
+  - A download that fails half-way (the connection dropped, a timeout, a 5xx or 429 answer) is
+    tried again O(retries) times, each going on from the bytes already received (an HTTP
+    C(Range) request; a server that ignores it sends the file again). What is received stays in
+    the staging folder beside O(path) (C(.fetching-<name>)) for the next run, which resumes it:
+    only the files the manifest lists, each checked against it before it counts.
   - Only the manifest's files are fetched; a folder already stamped for this manifest downloads
     nothing.
   - The C(kvfleet.vllm.server) role runs it on the controller for C(from=hub) sources, once per
@@ -68,6 +74,15 @@ options:
     description: Seconds each request may wait for the server (a connection, or a pause in the data).
     type: int
     default: 60
+  retries:
+    description: How many more times a file whose download failed half-way is asked for, going on
+      from what was received. 0 or more.
+    type: int
+    default: 3
+  retry_delay:
+    description: Seconds between two tries of a file, 0 or more.
+    type: float
+    default: 5
   validate_certs:
     description: Whether to check the server's TLS certificate.
     type: bool
@@ -113,11 +128,25 @@ seconds:
   description: How long the downloads took.
   returned: always
   type: float
+resumed:
+  description: Files this run went on with from bytes an earlier try (of this run or an earlier
+    one) had received, or took whole from the staging folder where an earlier run had finished them.
+  returned: always
+  type: list
+  elements: str
+retried:
+  description: How many tries failed half-way and were tried again.
+  returned: always
+  type: int
 """
 
+import errno
+import hashlib
+import http.client
 import ipaddress
 import os
 import shutil
+import stat
 import time
 
 from urllib.error import HTTPError, URLError
@@ -159,6 +188,135 @@ def _why(exc, url, token):
     return "%s: %s" % (url, scrub(to_native(getattr(exc, "reason", exc))))
 
 
+class _Failed(Exception):
+    """A file that cannot be fetched now, in words."""
+
+
+class _CutOff(OSError):
+    """The answer ended before the length it announced (a dropped connection)."""
+
+
+def _announced(resp):
+    """The whole file's length an answer announces (Content-Range of a 206, else Content-Length),
+    or None."""
+    headers = getattr(resp, "headers", None) or {}
+    ranged = headers.get("Content-Range") or ""
+    total = ranged.rpartition("/")[2] if ranged else headers.get("Content-Length") or ""
+    return int(total) if total.isdigit() else None
+
+
+def _retryable(exc):
+    """A try that may succeed again: the connection or the data broke off, or the server was
+    busy (5xx, 429). A 4xx says the request itself is wrong."""
+    code = getattr(exc, "code", None)
+    if code is not None:
+        return code >= 500 or code == 429
+    return isinstance(exc, (URLError, OSError, http.client.HTTPException))
+
+
+def _open_nofollow(path, flags):
+    """A staging file, never through a link someone put there."""
+    return os.fdopen(os.open(path, flags | os.O_NOFOLLOW, 0o644), "ab" if flags & os.O_APPEND else "rb")
+
+
+def _received(part):
+    """(sha256 object, bytes) of what a partial file holds; (fresh, 0) when there is none."""
+    digest = hashlib.sha256()
+    try:
+        st = os.lstat(part)
+    except OSError:
+        return digest, 0
+    if not stat.S_ISREG(st.st_mode):
+        os.unlink(part)   # not a file this module wrote
+        return digest, 0
+    with _open_nofollow(part, os.O_RDONLY) as handle:
+        unused, size = copy_hashed(handle, digest=digest)
+    return digest, size
+
+
+def _fetch_one(module, url, target, want, request, limit, out):
+    """One file into target (through target.part), tried again from what it holds; returns the
+    bytes it received now. Raises _Failed."""
+    p = module.params
+    part = target + ".part"
+    tries = 0
+    while True:
+        digest, have = _received(part)
+        if have:
+            out["resumed"].append(os.path.relpath(target, out["_staging"]))
+        headers = dict(request["headers"])
+        if have:
+            headers["Range"] = "bytes=%d-" % have
+        try:
+            resp = open_url(url, **dict(request, headers=headers))
+            if have and getattr(resp, "status", None) != 206:
+                # the server sent the whole file: start it over
+                os.unlink(part)
+                digest, have = hashlib.sha256(), 0
+            with _open_nofollow(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND) as handle:
+                hexdigest, size = copy_hashed(resp, handle, limit=limit - have, digest=digest)
+            whole = _announced(resp)
+            if whole is not None and have + size < whole:
+                raise _CutOff("the connection dropped after %d of %d bytes" % (have + size, whole))
+        except TooLarge:
+            os.unlink(part)
+            raise _Failed("%s sent more than max_file_bytes (%d); the file was removed" % (redact_url(url), limit))
+        except (HTTPError, URLError, OSError, http.client.HTTPException) as exc:
+            if getattr(exc, "code", None) == 416 and have:
+                os.unlink(part)   # what was kept is longer than the file now: start it over
+                continue
+            if not _retryable(exc) or tries >= p["retries"]:
+                raise _Failed(_why(exc, url, p["token"]))
+            tries += 1
+            out["retried"] += 1
+            time.sleep(p["retry_delay"])
+            continue
+        if hexdigest != want:
+            os.unlink(part)
+            raise _Failed("%s: sha256 %s, the manifest says %s (%d bytes); the file was removed" % (
+                redact_url(url), hexdigest, want, have + size))
+        os.rename(part, target)
+        return size
+
+
+def _staging(parent, name):
+    """The staging folder beside the revision, made or taken as it is: a real folder of this
+    user's (never a link someone put there)."""
+    staging = os.path.join(parent, ".fetching-" + name)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    try:
+        os.mkdir(staging, 0o755)
+    except OSError as exc:
+        if exc.errno != errno.EEXIST:
+            raise
+        st = os.lstat(staging)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise _Failed("%s is not a folder of this user's; remove it" % staging)
+    return staging
+
+
+def _kept(staging, manifest, drop_empty=True):
+    """Remove from the staging folder what the manifest does not list (a stray, a link); say
+    whether anything is left for the next run, and remove the folder when nothing is."""
+    listed = set(manifest) | set(rel + ".part" for rel in manifest)
+    left = False
+    for base, dirs, files in os.walk(staging, topdown=False):
+        for name in files:
+            path = os.path.join(base, name)
+            if os.path.relpath(path, staging).replace(os.sep, "/") in listed and stat.S_ISREG(os.lstat(path).st_mode):
+                left = True
+            else:
+                os.unlink(path)
+        for name in dirs:
+            try:
+                os.rmdir(os.path.join(base, name))
+            except OSError:
+                pass
+    if not left and drop_empty:
+        shutil.rmtree(staging, ignore_errors=True)
+    return left
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -169,6 +327,8 @@ def main():
             allow_insecure_token=dict(type="bool", default=False),
             max_file_bytes=dict(type="int", default=128 * 1024 ** 3),
             timeout=dict(type="int", default=60),
+            retries=dict(type="int", default=3),
+            retry_delay=dict(type="float", default=5.0),
             validate_certs=dict(type="bool", default=True),
             ca_path=dict(type="path"),
         ),
@@ -198,12 +358,15 @@ def main():
         module.fail_json(msg="max_file_bytes: must be 1 or more, got %d" % p["max_file_bytes"])
     if p["timeout"] < 1:
         module.fail_json(msg="timeout: must be 1 second or more, got %d" % p["timeout"])
+    if p["retries"] < 0 or not 0 <= p["retry_delay"] <= 3600:
+        module.fail_json(msg="retries: must be 0 or more, and retry_delay 0 to 3600 seconds; got %d and %s"
+                         % (p["retries"], p["retry_delay"]))
     try:
         manifest = parse_manifest(p["manifest"])
     except ManifestError as exc:
         module.fail_json(msg="manifest: %s" % exc)
     path = p["path"].rstrip("/")
-    result = dict(files=len(manifest), downloaded=[], bytes=0, seconds=0.0)
+    result = dict(files=len(manifest), downloaded=[], bytes=0, seconds=0.0, resumed=[], retried=0)
     if stamp_ok(path, manifest):
         module.exit_json(changed=False, verified=True, **result)
 
@@ -233,33 +396,36 @@ def main():
         module.exit_json(changed=True, verified=False, **result)
 
     parent, name = os.path.split(path)
-    staging = os.path.join(parent, ".fetching-" + name)
-    if os.path.isdir(staging):
-        shutil.rmtree(staging)   # an earlier run stopped half-way: only a whole download counts
-    os.makedirs(staging, mode=0o755)
+    try:
+        staging = _staging(parent, name)
+    except _Failed as exc:
+        module.fail_json(msg=str(exc), verified=False, **result)
+    result["_staging"] = staging
+    _kept(staging, manifest, drop_empty=False)   # only the manifest's files count, never a link
     for rel in sorted(manifest):
         url = p["url"] + quote(rel, safe="/")
         target = os.path.join(staging, rel)
         os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        if os.path.lexists(target):
+            # finished by an earlier run: it counts only if its bytes are the manifest's
+            ok = stat.S_ISREG(os.lstat(target).st_mode) and _received(target)[0].hexdigest() == manifest[rel]
+            if ok:
+                result["resumed"].append(rel)
+                continue
+            os.unlink(target)
         try:
-            resp = open_url(url, **request)
-            with open(target, "wb") as out:
-                digest, size = copy_hashed(resp, out, limit=p["max_file_bytes"])
-        except TooLarge:
-            shutil.rmtree(staging, ignore_errors=True)
-            module.fail_json(msg="downloading %s: %s sent more than max_file_bytes (%d); nothing was kept"
-                             % (rel, redact_url(url), p["max_file_bytes"]), verified=False, **result)
-        except (HTTPError, URLError, OSError) as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            module.fail_json(msg="downloading %s failed: %s; nothing was kept" % (rel, _why(exc, url, p["token"])),
-                             verified=False, **result)
-        if digest != manifest[rel]:
-            shutil.rmtree(staging, ignore_errors=True)
-            module.fail_json(msg="%s from %s: sha256 %s, the manifest says %s (%d bytes received); "
-                             "nothing was kept" % (rel, redact_url(url), digest, manifest[rel], size),
-                             verified=False, **result)
+            size = _fetch_one(module, url, target, manifest[rel], request, p["max_file_bytes"], result)
+        except _Failed as exc:
+            result.pop("_staging")
+            result["resumed"] = sorted(set(result["resumed"]))
+            keep = _kept(staging, manifest)
+            module.fail_json(msg="downloading %s failed: %s; %s" % (
+                rel, exc, "what was received is kept in %s, and the next run goes on from it" % staging
+                if keep else "nothing was kept"), verified=False, **result)
         result["downloaded"].append(rel)
         result["bytes"] += size
+    result.pop("_staging")
+    result["resumed"] = sorted(set(result["resumed"]))
     # each file's bytes were checked as they arrived: promote checks the folder, not the bytes again
     checked = promote(staging, path, manifest, hashed=True)
     result["seconds"] = round(time.time() - started, 1)

@@ -6,10 +6,14 @@ a file of --lfs-over bytes or more is answered with a 302 to another path ("the 
 /cdn/...) carrying X-Linked-Size and X-Repo-Commit, and small files directly (file_download.py
 get_hf_file_metadata reads the same headers). With --token, /resolve/ answers 401 without
 "Authorization: Bearer <token>" (a gated model); the CDN path answers 400 to any Authorization
-header, so a client that sends the token on to the CDN fails its test.
-Every request goes to --log as a JSON line (method, path, status, auth: whether one was sent).
+header, so a client that sends the token on to the CDN fails its test. The CDN answers a
+"Range: bytes=N-" request with 206 and the rest of the file, as the hub's CDN does; with
+--drop-after N, its first answer for each file without a Range announces the whole file and
+drops the connection after N bytes (a download cut off half-way).
+Every request goes to --log as a JSON line (method, path, status, auth: whether one was sent,
+range: the Range header or null).
 
-  python3 fake_hub.py --root DIR --port 18080 [--token T] [--lfs-over 1024] [--log F] [--pid-file F]
+  python3 fake_hub.py --root DIR --port 18080 [--token T] [--lfs-over 1024] [--drop-after N] [--log F] [--pid-file F]
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from urllib.parse import unquote
 
 
 def make_handler(args, log_lock):
+    dropped = set()   # the files whose first download was cut off (--drop-after)
+
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -36,7 +42,8 @@ def make_handler(args, log_lock):
             if args.log:
                 with log_lock, open(args.log, "a") as f:
                     f.write(json.dumps({"method": self.command, "path": self.path, "status": status,
-                                        "auth": "Authorization" in self.headers}) + "\n")
+                                        "auth": "Authorization" in self.headers,
+                                        "range": self.headers.get("Range")}) + "\n")
 
         def _send(self, status, body=b"", headers=None):
             self._log(status)
@@ -63,7 +70,25 @@ def make_handler(args, log_lock):
                 if path is None:
                     return self._send(404, b"Entry not found")
                 with open(path, "rb") as f:
-                    return self._send(200, f.read(), {"Content-Type": "application/octet-stream"})
+                    data = f.read()
+                wanted = self.headers.get("Range", "")
+                if wanted.startswith("bytes=") and wanted.endswith("-") and wanted[6:-1].isdigit():
+                    start = int(wanted[6:-1])
+                    if start >= len(data):
+                        return self._send(416, b"", {"Content-Range": "bytes */%d" % len(data)})
+                    return self._send(206, data[start:], {"Content-Type": "application/octet-stream",
+                                                          "Content-Range": "bytes %d-%d/%d" % (start, len(data) - 1, len(data))})
+                if args.drop_after and path not in dropped and self.command == "GET":
+                    dropped.add(path)
+                    self._log(200)
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data[:args.drop_after])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return None
+                return self._send(200, data, {"Content-Type": "application/octet-stream"})
             # <org>/<repo>/resolve/<commit>/<file...>
             if len(parts) < 5 or parts[2] != "resolve":
                 return self._send(404, b"Repository not found")
@@ -96,6 +121,7 @@ def main(argv=None):
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--token")
     p.add_argument("--lfs-over", type=int, default=1024)
+    p.add_argument("--drop-after", type=int, default=0)
     p.add_argument("--log")
     p.add_argument("--pid-file")
     args = p.parse_args(argv)

@@ -48,7 +48,7 @@ def test_a_password_in_the_url_over_plain_http_is_refused_too(run_module, tmp_pa
                                  "https://hub.example.net/r/"])
 def test_loopback_and_https_carry_the_token(run_module, tmp_path, requests, url):
     failed, result = run_module(model_fetch, {"path": str(tmp_path / "r"), "url": url, "manifest": MANIFEST,
-                                              "token": "hf_secret_token"})
+                                              "token": "hf_secret_token", "retry_delay": 0})
     assert failed and "downloading config.json failed" in result["msg"]
     assert requests[0]["headers"] == {"Authorization": "Bearer hf_secret_token"}
 
@@ -56,8 +56,10 @@ def test_loopback_and_https_carry_the_token(run_module, tmp_path, requests, url)
 def test_the_operator_can_allow_it_by_name(run_module, tmp_path, requests):
     failed, result = run_module(model_fetch, {"path": str(tmp_path / "r"), "url": "http://10.0.0.5/r/",
                                               "manifest": MANIFEST, "token": "hf_secret_token",
-                                              "allow_insecure_token": True})
-    assert failed and "downloading config.json failed" in result["msg"] and len(requests) == 1
+                                              "allow_insecure_token": True, "retry_delay": 0})
+    # a network error is tried again (retries: 3), each try to that URL with the token
+    assert failed and "downloading config.json failed" in result["msg"] and len(requests) == 4
+    assert {r["url"] for r in requests} == {"http://10.0.0.5/r/config.json"} and result["retried"] == 3
 
 
 @pytest.mark.parametrize("error", ["network", 401, 404, "sha256"])
@@ -80,7 +82,8 @@ def test_a_password_in_the_url_never_shows(run_module, tmp_path, monkeypatch, er
             return Body()
         raise HTTPError(target, error, "refused for %s" % target, {}, None)
     monkeypatch.setattr(model_fetch, "open_url", fake_open_url)
-    failed, result = run_module(model_fetch, {"path": str(tmp_path / "r"), "url": url, "manifest": MANIFEST})
+    failed, result = run_module(model_fetch, {"path": str(tmp_path / "r"), "url": url, "manifest": MANIFEST,
+                                              "retry_delay": 0})
     text = json.dumps(result)
     assert failed and PASSWORD not in text and "mirror:" not in text
     assert "https://hub.example.net/org/m/resolve/abc/config.json" in result["msg"]
@@ -107,5 +110,5 @@ def test_an_endless_body_is_cut_at_max_file_bytes_and_nothing_is_kept(run_module
     monkeypatch.setattr(model_fetch, "open_url", lambda url, **kwargs: Endless())
     failed, result = run_module(model_fetch, {"path": str(tmp_path / "r"), "url": "https://hub.example.net/r/",
                                               "manifest": MANIFEST, "max_file_bytes": 5 * 1024 * 1024})
-    assert failed and "sent more than max_file_bytes (5242880); nothing was kept" in result["msg"]
+    assert failed and "sent more than max_file_bytes (5242880); the file was removed; nothing was kept" in result["msg"]
     assert not (tmp_path / "r").exists() and not (tmp_path / ".fetching-r").exists()
