@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._dp_links import links_per_engine
 from ansible_collections.kvfleet.vllm.plugins.module_utils._trends import fitted_slope
+from ansible_collections.kvfleet.vllm.plugins.module_utils._version import release
 
 __all__ = ["CAUSE_IDS", "DEFAULT_THRESHOLDS", "LIMIT_NAMES", "MEMORY_GROWTH", "MIN_RESTARTS", "VERDICTS",
            "add_rates", "cause_advice", "diagnose", "gpu_unhealthy", "group_member_lost", "memory_growth",
@@ -393,11 +394,8 @@ def _no_progress(series):
 
 def _minor(version):
     """'0.32.0+cpu' -> (0, 32); None when it cannot be read."""
-    try:
-        major, minor = str(version).split("+", 1)[0].split(".")[:2]
-        return int(major), int(minor)
-    except (ValueError, TypeError):
-        return None
+    parts = release(version)
+    return tuple(parts[:2]) if parts is not None and len(parts) >= 2 else None
 
 
 def _hol_advice(version):

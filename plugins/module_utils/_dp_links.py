@@ -38,6 +38,8 @@ import os
 import socket
 import struct
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._version import release
+
 __all__ = ["MAX_PIDS", "engine_links", "head_links", "links_per_engine", "local_engines", "port_owner",
            "process_tree"]
 
@@ -48,11 +50,8 @@ MAX_PIDS = 4096
 def links_per_engine(version=None):
     """TCP connections a remote engine holds into the head while the group serves: 2 in vLLM
     0.9.0 (input and output only), 4 from 0.9.1 on, 4 when the version is unknown."""
-    try:
-        parts = tuple(int(p) for p in str(version).split("+", 1)[0].split(".")[:3])
-    except ValueError:
-        return 4
-    return 2 if len(parts) == 3 and parts < (0, 9, 1) else 4
+    parts = release(version)
+    return 2 if parts is not None and len(parts) >= 3 and parts[:3] < (0, 9, 1) else 4
 
 
 def process_tree(main_pid, proc="/proc"):

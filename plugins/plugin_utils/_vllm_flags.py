@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from packaging.version import InvalidVersion, Version
+
 __all__ = ["DEVICES", "EXTRA_FLAGS", "OPTIONS", "VllmArgsError", "parse_version", "render"]
 
 DEVICES = ("cuda", "cpu")
@@ -25,11 +27,18 @@ class VllmArgsError(ValueError):
 
 
 def parse_version(version):
-    """'0.32.0+cpu' -> (0, 32, 0). Raises ValueError for anything else."""
-    match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:[+.-].*)?\Z", str(version).strip())
-    if not match:
+    """A vLLM version's release: '0.32.0+cpu' -> (0, 32, 0); a pre-release, a post-release and a
+    local label read as their release ('0.12.0rc1', '0.11.0.post1' -> (0, 12, 0), (0, 11, 0)).
+    PEP 440 through packaging, an ansible-core dependency on the controller (the hosts' own
+    reading, stdlib only, is module_utils/_version.py, tested against this on one table).
+    Raises ValueError for anything else."""
+    try:
+        release = Version(str(version).strip()).release
+    except InvalidVersion:
         raise ValueError("not a vLLM version")
-    return tuple(int(p) for p in match.groups() if p is not None)
+    if len(release) < 2:
+        raise ValueError("not a vLLM version")
+    return tuple(release[:4])
 
 
 def _is_int(value):
