@@ -20,8 +20,8 @@ description:
   - A download that fails half-way (the connection dropped, a timeout, a 5xx or 429 answer) is
     tried again O(retries) times, each going on from the bytes already received (an HTTP
     C(Range) request; a server that ignores it sends the file again). What is received stays in
-    the staging folder beside O(path) (C(.fetching-<name>)) for the next run, which resumes it:
-    only the files the manifest lists, each checked against it before it counts.
+    the staging folder beside O(path) (C(.fetching-<name>)) for the next run, which resumes it;
+    only the files the manifest lists count there, each checked against it first.
   - Only the manifest's files are fetched; a folder already stamped for this manifest downloads
     nothing.
   - The C(kvfleet.vllm.server) role runs it on the controller for C(from=hub) sources, once per

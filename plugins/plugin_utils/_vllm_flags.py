@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import re
 
-from packaging.version import InvalidVersion, Version
-
 __all__ = ["DEVICES", "EXTRA_FLAGS", "OPTIONS", "VllmArgsError", "parse_version", "render"]
 
 DEVICES = ("cuda", "cpu")
@@ -32,6 +30,9 @@ def parse_version(version):
     PEP 440 through packaging, an ansible-core dependency on the controller (the hosts' own
     reading, stdlib only, is module_utils/_version.py, tested against this on one table).
     Raises ValueError for anything else."""
+    # imported here: ansible-core needs packaging, but ansible-test's import check of the
+    # collection runs without it
+    from packaging.version import InvalidVersion, Version  # pylint: disable=import-outside-toplevel
     try:
         release = Version(str(version).strip()).release
     except InvalidVersion:
