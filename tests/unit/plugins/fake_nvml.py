@@ -12,6 +12,7 @@ import importlib.util
 import os
 from collections import namedtuple
 
+
 def _standin_constants():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support", "fake_pynvml", "pynvml.py")
     spec = importlib.util.spec_from_file_location("kvfleet_standin_pynvml", path)
