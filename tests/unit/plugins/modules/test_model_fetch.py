@@ -108,30 +108,8 @@ def test_a_staging_file_that_is_not_the_manifests_is_fetched_again(run_module, t
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hub")
-    for rel, data in FILES.items():
-        path = root / "org" / "tiny" / COMMIT / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    (root / "org" / "tiny" / COMMIT / "README.md").write_text("not in the manifest")
-    log, pid = root / "log.jsonl", root / "pid"
-    proc = subprocess.Popen([sys.executable, HUB, "--root", str(root), "--token", "hf_secret",
-                             "--lfs-over", "1024", "--log", str(log), "--pid-file", str(pid)],
-                            stdout=subprocess.DEVNULL)
-    for _attempt in range(100):
-        if pid.exists() and pid.read_text().strip():
-            break
-        time.sleep(0.05)
-    port = int(pid.read_text().split()[1])
-
-    class Hub(object):
-        url = "http://127.0.0.1:%d/org/tiny/resolve/%s/" % (port, COMMIT)
-
-        def requests(self):
-            lines = log.read_text().splitlines() if log.exists() else []
-            log.write_text("")
-            return [json.loads(line) for line in lines]
-    yield Hub()
+    proc, server = _start_hub(tmp_path_factory.mktemp("hub"))
+    yield server
     proc.terminate()
     proc.wait()
 
