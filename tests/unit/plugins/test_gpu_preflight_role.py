@@ -129,7 +129,14 @@ def test_warn_lets_unreadable_nvml_through_saying_so_and_ignore_does_not_read(pl
 
 
 def test_a_python_without_nvidia_ml_py_is_refused_naming_it(play):
-    rc, out = play(HEALTHY, vllm_server_nvml_python=sys.executable)
+    # this Python without its site-packages: the test environment may well have nvidia-ml-py
+    # (ansible-test units installs it to compare the stand-in with it)
+    bare = play.work / "bare-python"
+    bare.write_text('#!/bin/sh\nexec %s -S "$@"\n' % sys.executable)
+    bare.chmod(bare.stat().st_mode | stat.S_IXUSR)
+    probe = subprocess.run([str(bare), "-c", "import pynvml"], capture_output=True, check=False)
+    assert probe.returncode != 0, "pynvml is importable without site-packages: %s" % sys.executable
+    rc, out = play(HEALTHY, vllm_server_nvml_python=str(bare))
     assert rc != 0 and "the pynvml module is not installed in %s" % sys.executable in out, out[-3000:]
 
 
