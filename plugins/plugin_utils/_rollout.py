@@ -138,8 +138,9 @@ def sides(hosts, canary_host, analysis_from="localhost", batch_records=None):
     balancer), 'api_key', 'address' (where an instance bound to every address is reached, as a
     router reaches it; the host's name when empty). The canary is canary_host's 'after'. The baseline is every other host
     that has not changed yet and serves (outcome untouched, not drained, not in canary_host's
-    batch), with what it ran before; when there is none (the last batch), the hosts this run
-    already verified, with what they run now.
+    batch), with what it ran before; when there is none (the last batch, or every host left to
+    change in one batch), the hosts this run already verified or found converged, with what they
+    run now.
     batch_records: {host: its instance records now}, the hosts analysed in canary_host's batch.
     -> {'canary': targets, 'batch_canary': targets of batch_records, 'baseline': targets,
     'baseline_hosts': names, 'baseline_kind':
@@ -170,8 +171,11 @@ def sides(hosts, canary_host, analysis_from="localhost", batch_records=None):
         lambda h: (h.get("outcome") or "untouched") == "untouched" and (h.get("batch") is None or h.get("batch") != batch),
         "before")
     if not chosen:
+        # what runs the target now: the hosts this run verified, and the ones it found already
+        # there (converged: outcome unchanged, in no batch)
         kind, chosen = "verified", others(
-            lambda h: h.get("outcome") in SERVING and h.get("batch") is not None and h.get("batch") != batch
+            lambda h: h.get("outcome") in SERVING and h.get("batch") != batch
+            and (h.get("batch") is not None or h.get("outcome") == "unchanged")
             and (h.get("analysis") or {}).get("verdict") in (None, "pass"), "after")
     if not chosen:
         kind = "none"

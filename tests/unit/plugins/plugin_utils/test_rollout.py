@@ -64,6 +64,23 @@ def test_a_drained_host_is_no_baseline_and_the_last_batch_is_judged_against_the_
     assert sides(hosts, "n4")["baseline"] == [] and sides(hosts, "n4")["baseline_kind"] == "none"
 
 
+def test_a_host_found_converged_is_a_baseline_once_no_host_is_left_unchanged():
+    # n3 was already at the target (settled by the check, in no batch); n1 and n2 change together
+    hosts = fleet(row("n1", batch=1, after={"instances": [rec("n1")]}),
+                  row("n2", batch=1, after={"instances": [rec("n2")]}),
+                  row("n3", outcome="unchanged", after={"instances": [rec("n3", port=9000)]}))
+    out = sides(hosts, "n1")
+    assert out["baseline_hosts"] == ["n3"] and out["baseline_kind"] == "verified"
+    assert out["baseline"][0]["url"] == "http://n3:9000"
+    # while a host is left unchanged, the baseline is the hosts that run what the canary ran
+    hosts.append(row("n4"))
+    assert sides(hosts, "n1")["baseline_hosts"] == ["n4"]
+    # a converged host out of the load balancer is no baseline
+    hosts.pop()
+    hosts[2]["left_drained"] = {"by": "deploy"}
+    assert sides(hosts, "n1")["baseline_kind"] == "none"
+
+
 def test_loopback_instances_of_other_hosts_are_refused_by_name():
     hosts = fleet(row("n1", batch=1, after={"instances": [rec("127.0.0.1")]}), row("n2"))
     with pytest.raises(RolloutError, match=r"the analysis samples every instance from localhost \(vllm_deploy_analysis_from\): "
