@@ -45,6 +45,13 @@ PLAYBOOK = textwrap.dedent("""
 HEALTHY = {"driver_version": "580.65.06", "cuda_driver_version": 13000, "gpus": [{"preset": "h100"}]}
 
 
+def _python(path, line):
+    """An executable /bin/sh wrapper at path that runs a Python as `line` says."""
+    path.write_text("#!/bin/sh\n%s\n" % line)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
 @pytest.fixture(scope="module")
 def play(tmp_path_factory):
     if not os.path.isdir(os.path.join(COLLECTIONS_PATH, "ansible_collections", "kvfleet", "vllm")):
@@ -52,9 +59,7 @@ def play(tmp_path_factory):
     work = tmp_path_factory.mktemp("gpu-preflight")
     (work / "play.yml").write_text(PLAYBOOK)
     # the NVML Python: this Python with the fake first on its path
-    wrapper = work / "nvml-python"
-    wrapper.write_text('#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s "$@"\n' % (FAKE_DIR, sys.executable))
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    wrapper = _python(work / "nvml-python", "PYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec %s \"$@\"" % (FAKE_DIR, sys.executable))
     # the host's Python (everything else the play runs) does not see the fake
     (work / "hosts").write_text("[gpu]\nlocalhost ansible_connection=local ansible_python_interpreter=%s\n" % sys.executable)
     devs = {"with_node": work / "dev-with-node", "empty": work / "dev-empty"}
@@ -131,9 +136,7 @@ def test_warn_lets_unreadable_nvml_through_saying_so_and_ignore_does_not_read(pl
 def test_a_python_without_nvidia_ml_py_is_refused_naming_it(play):
     # this Python without its site-packages: the test environment may well have nvidia-ml-py
     # (ansible-test units installs it to compare the stand-in with it)
-    bare = play.work / "bare-python"
-    bare.write_text('#!/bin/sh\nexec %s -S "$@"\n' % sys.executable)
-    bare.chmod(bare.stat().st_mode | stat.S_IXUSR)
+    bare = _python(play.work / "bare-python", "exec %s -S \"$@\"" % sys.executable)
     probe = subprocess.run([str(bare), "-c", "import pynvml"], capture_output=True, check=False)
     assert probe.returncode != 0, "pynvml is importable without site-packages: %s" % sys.executable
     rc, out = play(HEALTHY, vllm_server_nvml_python=str(bare))
