@@ -41,6 +41,15 @@ options:
   host:
     description: The analysed host (its targets in O(load)).
     type: str
+  routers:
+    description:
+      - Where the deploy manages routers (C(vllm_deploy_routers)), what they counted for O(host)'s instances over
+        the window. C(before) and C(after) are each router's C(/metrics) text at the window's start and end (in
+        the same order), C(urls) the URLs the routers reach the host's instances at.
+      - The host's share of failed attempts (vllm-router's C(vllm_router_cb_outcomes_total)) more than 0.01 above
+        the other backends' median share, with at least 3 failed and a binomial p below 0.01 at that share, fails it
+        (check C(router_errors)).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -53,7 +62,8 @@ RETURN = r"""
 _value:
   description: C(keep) (bool), C(stop) (bool; no later batch), C(judged) (bool), C(why) (one sentence) and C(analysis) (the report's digest of the result,
     C(verdict), C(reason), C(mode), C(checks), C(requests), C(causes), C(window_seconds),
-    C(canary_hosts), C(baseline_hosts), C(seconds)).
+    C(canary_hosts), C(baseline_hosts), C(seconds); the C(router_errors) check among its C(checks) when
+    O(routers) counted attempts), and C(edge) (that check, or null).
   type: dict
 """
 
@@ -62,12 +72,15 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._rollout import RolloutError, action, digest
 
 
-def _analysis_outcome(result, inconclusive="fail_canary", canary_batch=True, seconds=None, load=None, host=None):
+def _analysis_outcome(result, inconclusive="fail_canary", canary_batch=True, seconds=None, load=None, host=None, routers=None):
     try:
-        out = action(result, inconclusive=inconclusive, canary_batch=bool(canary_batch), load=load, host=host)
+        out = action(result, inconclusive=inconclusive, canary_batch=bool(canary_batch), load=load, host=host,
+                     routers=routers)
     except RolloutError as exc:
         raise AnsibleFilterError(str(exc))
     out["analysis"] = digest(result, seconds=seconds)
+    if out.get("edge"):
+        out["analysis"]["checks"] = list(out["analysis"].get("checks") or []) + [out["edge"]]
     return out
 
 

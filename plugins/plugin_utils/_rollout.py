@@ -17,7 +17,7 @@ from __future__ import annotations
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import INCONCLUSIVE_POLICIES, decide
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import record_limits
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._outcome import SERVING
-from ansible_collections.kvfleet.vllm.plugins.plugin_utils._router import RouterError, reach
+from ansible_collections.kvfleet.vllm.plugins.plugin_utils._router import RouterError, edge_errors, reach
 
 # the module's result, as the report keeps it (no samples: they are the analysis's raw data)
 _DIGEST_KEYS = ("verdict", "reason", "mode", "checks", "requests", "causes", "window_seconds", "warmup_seconds",
@@ -218,13 +218,16 @@ def _load_failures(load, host):
     return mine, others
 
 
-def action(result, inconclusive="fail_canary", canary_batch=True, load=None, host=None):
-    """What the deploy does with an analysis result: {'keep', 'stop', 'judged', 'why'}.
+def action(result, inconclusive="fail_canary", canary_batch=True, load=None, host=None, routers=None):
+    """What the deploy does with an analysis result: {'keep', 'stop', 'judged', 'why', 'edge'}.
 
     The module's own decision (canary_analysis' 'decision', made with the policy the deploy
     passed it) when the result has one, else _canary.decide. The analysis load's failed
     requests to this host (load: analysis_load's result) fail it too when their share is more
-    than 1% above the other servers'."""
+    than 1% above the other servers'; so do the routers' failed attempts on its instances
+    (routers: {'before', 'after': each router's /metrics text, 'urls': this host's backend URLs};
+    _router.edge_errors), which their retries hide from clients and from vLLM's own counters.
+    'edge' is that check (None when no router was read or none sent the host an attempt)."""
     if inconclusive not in INCONCLUSIVE_POLICIES:
         raise RolloutError("vllm_deploy_analysis_inconclusive must be one of %s, got %r"
                            % (", ".join(INCONCLUSIVE_POLICIES), inconclusive))
@@ -238,6 +241,14 @@ def action(result, inconclusive="fail_canary", canary_batch=True, load=None, hos
         out.update(keep=False, stop=True, why="analysis failed: the analysis load's requests to %s failed, %d of "
                    "%d (the other servers: %d of %d)%s" % (host, failed, sent, other_failed, other_sent,
                                                            "; " + out["why"] if out.get("why") else ""))
+    routers = routers if isinstance(routers, dict) else {}
+    try:
+        out["edge"] = edge_errors(routers.get("before"), routers.get("after"), list(routers.get("urls") or []))
+    except RouterError as exc:
+        raise RolloutError("%s, read after the analysis of %s (vllm_deploy_routers)" % (exc, host))
+    if out["edge"] and out["edge"]["result"] == "fail":
+        out.update(keep=False, stop=True, judged=True, why="analysis failed: router_errors: %s%s" % (
+            out["edge"]["why"], "; " + out["why"] if out.get("why") else ""))
     return out
 
 

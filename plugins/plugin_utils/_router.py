@@ -12,9 +12,19 @@ of a URL it does not have, so the two must build the very same string. Stdlib on
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 
-__all__ = ["RouterError", "backend_urls", "address_ok", "reach"]
+from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import PromParseError, parse
+
+__all__ = ["RouterError", "backend_urls", "address_ok", "reach", "backend_outcomes", "edge_errors"]
+
+# vllm-router 0.1.17's one per-backend count of failed attempts (docs/router.md): its retries hide
+# a backend's 5xx and refused connections from clients, and no other series names the backend
+EDGE_SERIES = "vllm_router_cb_outcomes_total"
+EDGE_MIN_FAILURES = 3      # fewer failed attempts than this never fail a host
+EDGE_MARGIN = 0.01         # the share of failed attempts allowed above the other backends' median
+EDGE_ALPHA = 0.01          # and only when so many failures are unlikely at the others' share
 
 _ANY = ("", "0.0.0.0", "::", None)
 # The records come from other hosts (their deployment records, written there): untrusted. What
@@ -153,3 +163,93 @@ def wrong_listings(listings, urls, hook):
         if bad:
             wrong.append({"router": item.get("router"), "lists": listed})
     return wrong
+
+
+def backend_outcomes(text):
+    """{worker URL: {'success': n, 'failure': n}} from one router's /metrics text; {} when the
+    router has counted no outcome yet (the series appear with a backend's first answer)."""
+    try:
+        samples, unused = parse(text or "")
+    except PromParseError as exc:
+        raise RouterError("the router's /metrics is not Prometheus text: %s" % exc)
+    out = {}
+    for s in samples:
+        if s.name != EDGE_SERIES or s.labels.get("outcome") not in ("success", "failure"):
+            continue
+        counts = out.setdefault(s.labels.get("worker", ""), {"success": 0.0, "failure": 0.0})
+        counts[s.labels["outcome"]] += s.value
+    return out
+
+
+def _window(before, after):
+    """Each worker's outcomes between two reads of one router; a counter that went down (the
+    router restarted) counts from zero."""
+    out = {}
+    for worker, counts in after.items():
+        first = before.get(worker) or {}
+        out[worker] = dict((k, v - first.get(k, 0.0) if v >= first.get(k, 0.0) else v) for k, v in counts.items())
+    return out
+
+
+def _binomial_tail(failed, attempts, share):
+    """P(at least `failed` of `attempts` fail) when each fails with probability `share`."""
+    if failed <= 0:
+        return 1.0
+    if share <= 0.0:
+        return 0.0
+    if share >= 1.0:
+        return 1.0
+    total = 0.0
+    for k in range(int(failed), int(attempts) + 1):
+        term = math.exp(math.lgamma(attempts + 1) - math.lgamma(k + 1) - math.lgamma(attempts - k + 1)
+                        + k * math.log(share) + (attempts - k) * math.log1p(-share))
+        total += term
+        if term < 1e-12 * total:
+            break
+    return min(total, 1.0)
+
+
+def edge_errors(before, after, urls, min_failures=EDGE_MIN_FAILURES, margin=EDGE_MARGIN, alpha=EDGE_ALPHA):
+    """The routers' verdict on one host's instances over the analysis window, as a check of the
+    canary analysis's shape (metric router_errors).
+
+    before, after: each router's /metrics text at the window's start and end, in the same order;
+    urls: the URLs the routers reach this host's instances at (backend_urls); a router whose text is
+    empty or not Prometheus text at either end is left out. The host's share of
+    failed attempts is compared with the median share of every other backend the routers sent
+    attempts to (one broken backend does not move it); the check fails when the host's share is
+    more than `margin` above it, with at least `min_failures` failed attempts, and so many
+    failures at the others' share would happen by chance with probability below `alpha` (a
+    binomial tail). None when no router was read or none sent this host an attempt."""
+    if not before or not after or len(before) != len(after):
+        return None
+    mine = {"success": 0.0, "failure": 0.0}
+    others = {}
+    for first, last in zip(before, after):
+        try:
+            window = _window(backend_outcomes(first), backend_outcomes(last)) if first and last else {}
+        except RouterError:
+            window = {}   # a router not read at either end is left out, as one not listed
+        for worker, counts in window.items():
+            side = mine if worker in urls else others.setdefault(worker, {"success": 0.0, "failure": 0.0})
+            for k in side:
+                side[k] += counts.get(k, 0.0)
+    attempts = mine["success"] + mine["failure"]
+    if not attempts:
+        return None
+    shares = sorted(c["failure"] / (c["success"] + c["failure"]) for c in others.values() if c["success"] + c["failure"])
+    if shares:
+        mid = len(shares) // 2
+        base = shares[mid] if len(shares) % 2 else (shares[mid - 1] + shares[mid]) / 2.0
+    else:
+        base = 0.0
+    share = mine["failure"] / attempts
+    p_value = _binomial_tail(mine["failure"], attempts, base)
+    failed = mine["failure"] >= min_failures and share > base + margin and p_value < alpha
+    why = ("%d of %d attempts the routers sent it failed (share %.3f; the other %d backends' median %.3f, "
+           "limit %.3f, at least %d failed, binomial p=%.2g against %g)"
+           % (mine["failure"], attempts, share, len(shares), base, base + margin, min_failures, p_value, alpha))
+    return {"metric": "router_errors", "canary": round(share, 4), "baseline": round(base, 4),
+            "limit": round(base + margin, 4), "result": "fail" if failed else "pass", "why": why,
+            "test": "binomial", "p_value": float("%.4g" % p_value), "effect": {"difference": round(share - base, 4)},
+            "level": None, "requests": {"canary": int(attempts), "failed": int(mine["failure"])}}
