@@ -24,6 +24,8 @@ description:
   - Fails, naming the variable, when the group is unknown or has one host, the host is not in it,
     the host has more than one instance, the head's address is loopback, the members name
     different backends, or a value is not valid.
+  - Fails, naming O(trusted_network), unless the operator said that only the group's hosts reach
+    its ports (vLLM's data parallel RPC port and Ray's ports authenticate nobody).
 options:
   _input:
     description: The host's instances (C(vllm_server_instances)); returned as they are without a group.
@@ -73,6 +75,15 @@ options:
     description: The head's Ray GCS port (C(vllm_server_ray_port)).
     type: int
     default: 6379
+  trusted_network:
+    description:
+      - The group's ports are reachable only from its hosts (a private network, or a firewall that
+        says so); C(vllm_server_serving_group_trusted_network).
+      - The head's data parallel RPC port and, with O(backend=ray), Ray's GCS and node ports accept
+        whoever reaches them (Ray runs any job it is sent), so a group is refused without it.
+    type: bool
+    default: false
+    version_added: 0.4.0
 """
 
 EXAMPLES = r"""
@@ -80,7 +91,7 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: >-
       {{ vllm_server_instances | kvfleet.vllm.serving_group('llama70b_a', groups, hostvars,
-         inventory_hostname, engines=2, address='10.0.0.5') }}
+         inventory_hostname, engines=2, address='10.0.0.5', trusted_network=true) }}
 """
 
 RETURN = r"""
@@ -126,8 +137,22 @@ def _ray(instances, group, groups, hostvars, me, address, gpus, ray_port):
     return [{"name": instances[0].get("name"), "ray_node": ray}]
 
 
+def _trusted(group, backend, rpc_port, ray_port, trusted_network):
+    """vLLM's data parallel handshake (ZMQ) and Ray's GCS take whoever connects: a group is
+    refused, before anything changes, unless the operator says only its hosts reach them."""
+    if isinstance(trusted_network, bool) and trusted_network:
+        return
+    ports = ("Ray's GCS port %s and its node ports" % ray_port if backend == "ray"
+             else "the head's data parallel RPC port %s" % rpc_port)
+    raise AnsibleFilterError(
+        "%sserving_group %r: %s authenticate nobody (whoever reaches them can join the group%s); keep "
+        "them on a network that only the group's hosts reach, then set %sserving_group_trusted_network: "
+        "true (docs/serving-groups.md)" % (_PREFIX, group, ports, " and run jobs in it" if backend == "ray" else "",
+                                           _PREFIX))
+
+
 def serving_group(instances, group, groups, hostvars, me, engines=1, address=None, rpc_port=13345,
-                  backend="dp", gpus=1, ray_port=6379):
+                  backend="dp", gpus=1, ray_port=6379, trusted_network=False):
     if not group:
         return instances
     if not isinstance(instances, list) or len(instances) != 1:
@@ -138,7 +163,9 @@ def serving_group(instances, group, groups, hostvars, me, engines=1, address=Non
         raise AnsibleFilterError("%sserving_group_backend must be one of %s, got %r"
                                  % (_PREFIX, ", ".join(_BACKENDS), backend))
     if backend == "ray":
-        return _ray(instances, group, groups, hostvars, me, address, gpus, ray_port)
+        out = _ray(instances, group, groups, hostvars, me, address, gpus, ray_port)
+        _trusted(group, backend, rpc_port, ray_port, trusted_network)
+        return out
     members = []
     for host in (groups or {}).get(group) or []:
         if host == me:
@@ -157,6 +184,7 @@ def serving_group(instances, group, groups, hostvars, me, engines=1, address=Non
         dp = plan(group, members, me, _PREFIX)
     except GroupError as exc:
         raise AnsibleFilterError(str(exc))
+    _trusted(group, backend, dp["rpc_port"], ray_port, trusted_network)
     return [dict(instances[0], data_parallel=dp)]
 
 

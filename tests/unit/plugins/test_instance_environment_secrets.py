@@ -115,7 +115,7 @@ def test_a_ray_groups_head_and_node_carry_no_environment_value():
     hostvars = {"n1": {"vllm_server_serving_group_backend": "ray", "ansible_host": "10.0.0.1"},
                 "n2": {"vllm_server_serving_group_backend": "ray", "ansible_host": "10.0.0.2"}}
     insts_in = serving_group([{"name": "main", "port": 8000}], "g", {"g": ["n1", "n2"]}, hostvars, "n1",
-                             address="10.0.0.1", backend="ray")
+                             address="10.0.0.1", backend="ray", trusted_network=True)
     instances = InstancesFilter().filters()["vllm_instances"](insts_in, settings)
     environments = EnvironmentsFilter().filters()["vllm_instance_environments"](insts_in, settings)
     assert sorted(i["unit"] for i in instances) == ["vllm-main.service", "vllm-ray.service"]

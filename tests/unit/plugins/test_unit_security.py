@@ -162,7 +162,7 @@ def _render_ray(out_dir, members_gpus=(1, 1)):
     for me in ("n1", "n2"):
         insts, _warnings = build(serving_group([{"name": "main", "port": 8000}], "g", {"g": ["n1", "n2"]},
                                                hostvars, me, address=hostvars[me]["ansible_host"],
-                                               backend="ray"), settings)
+                                               backend="ray", trusted_network=True), settings)
         for inst in insts:
             variables.update(item=inst, _server_instances=insts)
             with open(os.path.join(ROLES, "server", "templates", "vllm.service.j2"), encoding="utf-8") as f:

@@ -9,13 +9,19 @@ import pytest
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvfleet.vllm.plugins.filter.serving_group import serving_group
+from ansible_collections.kvfleet.vllm.plugins.filter.serving_group import serving_group as _serving_group
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import (
     InstanceError, build, environments, flag_value)
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import (
     GroupError, ray_node, ray_plan)
 
 from .test_instances import settings
+
+
+def serving_group(*args, **kwargs):
+    """The filter as the role calls it for a group whose network the operator trusts."""
+    kwargs.setdefault("trusted_network", True)
+    return _serving_group(*args, **kwargs)
 
 MEMBERS = [{"host": "n1", "gpus": 4, "address": "10.0.0.1"},
            {"host": "n2", "gpus": 4, "address": "10.0.0.2"}]

