@@ -50,23 +50,40 @@ demo_env() {
     PATH "$PATH" KVFLEET_DEMO_INVENTORY "$state/inventory"
 }
 
+# The demo's deploys as users get them. The scenario's group vars turn the canary analysis off
+# (its sections judge by the gate alone, or set their own windows) and pin every vLLM to core 1
+# (CI runs the server scenario on core 0 beside it): the demo undoes both. Its three servers then
+# share the machine's two cores alike: three cannot each have a core of their own on two, and
+# sharing alike puts the canary and its baseline under the same contention; what a host's
+# neighbours cost it before the change, the window before the change takes off the verdict
+# (docs/canary-analysis.md).
+DEMO_VARS='{"vllm_deploy_analysis_seconds": 300, "vllm_server_cpu_affinity": ""}'
+
 case "${1:-up}" in
   up)
-    say "1/5 tools, vLLM CPU wheels and the tiny model (cached after the first run)"
+    say "1/6 tools, vLLM CPU wheels and the tiny model (cached after the first run)"
     bash "$HERE/setup.sh" tools vllm model wheelhouse copy
-    say "2/5 Podman and the Debian 12 systemd image"
+    say "2/6 Podman and the Debian 12 systemd image"
     bash "$HERE/hosts/setup-host.sh"
     bash "$HERE/hosts/build-image.sh"
     bash "$HERE/hosts/build-vllm-image.sh"
-    say "3/5 three hosts: kvfleet-node1..3"
+    say "3/6 three hosts: kvfleet-node1..3"
     molecule_fleet create
     molecule_fleet prepare
-    say "4/5 ansible-playbook kvfleet.vllm.deploy (installs vLLM CPU, starts it, warms up, gates): a canary, then the rest"
+    say "4/6 ansible-playbook kvfleet.vllm.deploy (installs vLLM CPU, starts it, warms up, gates): a canary, then the rest"
     # the scenario deploys all three at once to save test time; extra vars beat its import vars
-    molecule_fleet converge -- -e '{"vllm_deploy_serial": [1, "100%"]}'
-    say "5/5 node3 under a bounded load at its cap, then ansible-playbook kvfleet.vllm.diagnose"
+    molecule_fleet converge -- -e '{"vllm_deploy_serial": [1, "100%"]}' -e "$DEMO_VARS"
+    say "5/6 a harmless change deployed as users get it (max_num_seqs 4 -> 5): node1 first, then the rest, each judged under traffic against the hosts not changed yet (the fleet is idle: the deploy sends its own bounded load; ~15 min)"
+    mkdir -p "$KVFLEET_DEMO_REPORT"
+    # a verdict that stops the deploy is a result the demo shows, not the end of the demo
+    (eval "$(demo_env)" &&
+     ansible-playbook -i "$KVFLEET_DEMO_INVENTORY" kvfleet.vllm.deploy -e "$DEMO_VARS" \
+       -e '{"vllm_server_max_num_seqs": 5, "vllm_deploy_serial": [1, "100%"]}' \
+       -e "vllm_deploy_report_dir=$KVFLEET_DEMO_REPORT") ||
+      say "the deploy stopped: its summary above and the report say which host and why"
+    say "6/6 node3 under a bounded load at its cap, then ansible-playbook kvfleet.vllm.diagnose"
     molecule_fleet side-effect
-    say "report: $KVFLEET_DEMO_REPORT/kvfleet-vllm-diagnosis.html (and .json)"
+    say "reports: $KVFLEET_DEMO_REPORT/kvfleet-vllm-deploy.html (each host's canary verdict) and kvfleet-vllm-diagnosis.html (and .json)"
     say "try: . tests/hosts/env.sh && podman exec kvfleet-node1 kvfleet-vllm gate --url http://10.88.0.61:8000"
     say "or:  bash tests/demo.sh play kvfleet.vllm.rolling_restart   (any playbook; bash tests/demo.sh env for the inventory)"
     say "stop it with: bash tests/demo.sh down"
