@@ -14,8 +14,8 @@ description:
     M(kvfleet.vllm.canary_analysis) judges for one changed host (the canary, what it runs now)
     and the servers it is judged against (the baseline, every other serving host that has not
     changed yet, with what it ran before; for the last batch, the hosts already verified).
-  - Each instance is reached as a router reaches it (an instance bound to one address there, one
-    bound to every address at its host's O(addresses) entry), with its record's scheme.
+  - Each instance is reached as a router reaches it (at its host's O(addresses) entry, when it is
+    bound to every address or to that address), with its record's scheme.
   - Fails, naming the host and the instance, when O(analysis_from) cannot reach an instance (bound
     to loopback on another host), and for a canary without an instance it can sample.
   - The returned targets hold the API keys; pass them to the module only (its O(canary[].api_key)
@@ -52,7 +52,8 @@ options:
   addresses:
     description: Where each host's instances bound to every address are reached, by host name
       (C(vllm_router_backend_address), else C(ansible_host), as the router hook reaches them); the
-      host's name where missing. An instance bound to one address is reached there.
+      host's name where missing. An instance whose record binds another address is refused (a
+      record cannot aim the analysis elsewhere).
     type: dict
     default: {}
   batch_records:

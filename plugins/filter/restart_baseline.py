@@ -12,8 +12,8 @@ description:
   - The servers that the restart guard on one host compares its restarted instances with
     (C(vllm_restart_analysis_seconds) of M(kvfleet.vllm.scheduled_restart)), that is every
     instance of the other hosts, from their deployment records, reached from this host as a
-    router reaches them (an instance bound to one address there, one bound to every address at
-    the host's O(addresses) entry), with its record's scheme and scheduler limits.
+    router reaches them (at the host's O(addresses) entry, when it is bound to every address or to
+    that address), with its record's scheme and scheduler limits.
   - The targets hold no API key. The analysis reads C(/metrics), C(/health) and C(/version),
     which vLLM does not guard with C(--api-key).
   - A host without a record (not in the play, or never deployed) is left out.

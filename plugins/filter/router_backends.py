@@ -11,8 +11,8 @@ short_description: The URLs a router reaches one host's vLLM instances at
 version_added: 0.4.0
 description:
   - From the instances of one host's deployment record (or the server role's instance model),
-    the URL a router sends requests to for each. An instance bound to one address is reached
-    there, one bound to every address at O(address).
+    the URL a router sends requests to for each, at O(address) (the host's address as the
+    inventory gives it) for an instance bound to every address or to that address.
   - The P(kvfleet.vllm.router#role) role lists these URLs in the router's C(--worker-urls), and the
     deploy and rolling_restart playbooks remove and add the same ones when they drain a host;
     vllm-router answers 200 to the removal of a URL it does not have, so both must build the same

@@ -93,9 +93,10 @@ def _host_part(address):
 
 def reach(rec, address, host="", same_host=False, who="a router on another host"):
     """The host part of the URL a client reaches one instance record (the server role's deployment
-    record: name, port, bind) at: an instance bound to one address there, one bound to every
-    address at `address` (the host's address as the client sees it). A loopback-bound instance is
-    reachable only from the same host (`same_host`); `who` names the client in the error."""
+    record: name, port, bind) at: `address`, the host's address as the inventory gives it, for an
+    instance bound to every address or to that very address; a record that binds any other
+    address is refused. A loopback-bound instance is reachable only from the same host
+    (`same_host`); `who` names the client in the error."""
     if not isinstance(rec, dict) or not isinstance(rec.get("name"), str):
         raise RouterError("%s: an instance record is not a dict with a name: %r" % (host, rec))
     name = rec["name"]
@@ -127,9 +128,27 @@ def reach(rec, address, host="", same_host=False, who="a router on another host"
             raise RouterError("%s: instance %s listens on %s only: %s cannot reach it (bind it to the "
                               "host's address, with an API key)" % (host, name, bind, who))
         where = "127.0.0.1" if bind == "localhost" else str(bind).strip("[]")
+    elif not _same_address(bind, address):
+        # the record is the host's own word: a bind elsewhere (another host, a service on the
+        # client's network) would send the clients, and their API keys, there
+        raise RouterError("%s: instance %s: its record's bind %r is not the address the inventory gives for the host "
+                          "(%r: vllm_router_backend_address, ansible_host or the inventory name), and a host's record "
+                          "cannot aim a client elsewhere: set vllm_router_backend_address to the address it binds"
+                          % (host, name, bind, address))
     else:
         where = str(bind)
     return _host_part(where)
+
+
+def _same_address(bind, address):
+    """Whether a record's bind is the inventory's address for its host: the same IP, or the same
+    DNS name (case and a final dot aside)."""
+    if not isinstance(address, str) or not address.strip():
+        return False
+    a, b = _ip(str(bind)), _ip(address.strip())
+    if a is not None or b is not None:
+        return a is not None and a == b
+    return str(bind).lower().rstrip(".") == address.strip().lower().rstrip(".")
 
 
 def backend_urls(records, address, host="", same_host=False):

@@ -57,7 +57,7 @@ def play(tmp_path):
     (tmp_path / "inventory.yml").write_text(textwrap.dedent("""
         all:
           hosts:
-            gpu-01: {ansible_connection: local}
+            gpu-01: {ansible_connection: local, vllm_router_backend_address: 10.0.0.1}
             gpu-02: {ansible_connection: local, ansible_host: 10.0.0.2}
     """))
 
@@ -81,6 +81,14 @@ def test_the_baseline_is_the_other_hosts_instance_at_its_address(play):
     assert rc == 0, out[-3000:]
     assert "BASELINE gpu-01 gpu-02/main http://10.0.0.2:8000 seqs=8 keys=0" in out, out[-3000:]
     assert "BASELINE gpu-02 gpu-01/main http://10.0.0.1:8000 seqs=8 keys=0" in out
+
+
+def test_a_peer_whose_record_binds_another_address_is_refused_naming_it(play):
+    # gpu-02's record says 10.0.0.9; the inventory says 10.0.0.2: no record aims the guard elsewhere
+    rc, out = play("10.0.0.9", {"vllm_restart_analysis_seconds": 60})
+    flat = " ".join(out.split())
+    assert rc != 0 and "BASELINE gpu-01" not in out, out[-3000:]
+    assert "gpu-02: instance main: its record's bind '10.0.0.9' is not the address the inventory gives for the host ('10.0.0.2'" in flat
 
 
 def test_off_computes_no_baseline(play):

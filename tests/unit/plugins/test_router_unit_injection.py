@@ -59,7 +59,8 @@ def test_addresses_and_dns_names_pass(value):
 
 def test_a_lookalike_of_loopback_is_a_dns_name_not_loopback():
     # 127.0.0.1.example.net resolves wherever its zone says: a router elsewhere may reach it
-    assert backend_urls([_rec(bind="127.0.0.1.example.net")], "x", host="h") == ["http://127.0.0.1.example.net:8000"]
+    assert backend_urls([_rec(bind="127.0.0.1.example.net")], "127.0.0.1.example.net", host="h") == [
+        "http://127.0.0.1.example.net:8000"]
     with pytest.raises(RouterError, match="listens on 127.0.0.2 only"):
         backend_urls([_rec(bind="127.0.0.2")], "x", host="h")
     with pytest.raises(RouterError, match=r"listens on \[::1\] only"):

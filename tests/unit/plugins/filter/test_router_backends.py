@@ -16,8 +16,11 @@ F = FilterModule().filters()["router_backends"]
 def test_the_filter_builds_the_urls_the_router_role_lists():
     records = [{"name": "main", "port": 8000, "bind": "10.88.0.61", "url": "http://10.88.0.61:8000"},
                {"name": "b", "port": 8001, "bind": "0.0.0.0", "url": "http://127.0.0.1:8001"}]
-    assert F(records, address="gpu-01.example.com", host="gpu-01") == [
-        "http://10.88.0.61:8000", "http://gpu-01.example.com:8001"]
+    assert F(records, address="10.88.0.61", host="gpu-01") == ["http://10.88.0.61:8000", "http://10.88.0.61:8001"]
+    # a record that binds an address the inventory does not give for the host aims nowhere
+    with pytest.raises(AnsibleFilterError, match="gpu-01: instance main: its record's bind '10.88.0.61' is not the "
+                                                 "address the inventory gives for the host .'gpu-01.example.com'"):
+        F(records, address="gpu-01.example.com", host="gpu-01")
 
 
 def test_bad_records_are_an_ansible_error_naming_the_host():

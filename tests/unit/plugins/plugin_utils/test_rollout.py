@@ -92,6 +92,7 @@ def test_loopback_instances_of_other_hosts_are_refused_by_name():
     with pytest.raises(RolloutError, match="n2: instance main listens on localhost only"):
         sides(hosts, "n1", analysis_from="n1")
     hosts[1]["before"]["instances"] = [rec("10.0.0.2")]
+    hosts[1]["address"] = "10.0.0.2"
     out = sides(hosts, "n1", analysis_from="n1")
     assert out["baseline_hosts"] == ["n2"] and out["canary"][0]["url"] == "http://127.0.0.1:8000"
 
@@ -207,16 +208,20 @@ def test_the_preflight_checks_the_whole_play_in_one_pass():
     # n2 may be a baseline and listens on loopback; n3 is a first install (not analysed)
     with pytest.raises(AnsibleFilterError, match=r"from localhost \(vllm_deploy_analysis_from\): n2: instance main "
                                                  r"listens on 127\.0\.0\.1 only") as err:
-        analysis_sides(rows, planned=planned)
+        analysis_sides(rows, planned=planned, addresses={"n1": "10.0.0.1"})
     assert "n3" not in str(err.value)
     rows[1]["before"]["instances"] = [rec("10.0.0.2")]
-    assert analysis_sides(rows, planned=planned) == {"checked": ["n1", "n3"]}
+    addresses = {"n1": "10.0.0.1", "n2": "10.0.0.2"}
+    assert analysis_sides(rows, planned=planned, addresses=addresses) == {"checked": ["n1", "n3"]}
+    # the records bind the hosts' addresses; without the inventory's word for them, refused by name
+    with pytest.raises(AnsibleFilterError, match=r"n1: instance main: its record's bind '10\.0\.0\.1' is not the address"):
+        analysis_sides(rows, planned=planned)
     # a serving group member's records are not sampled
     planned["n1"] = [{"name": "main", "record": rec("127.0.0.1", group={"size": 2})}]
-    assert analysis_sides(rows, planned=planned) == {"checked": ["n1", "n3"]}
+    assert analysis_sides(rows, planned=planned, addresses=addresses) == {"checked": ["n1", "n3"]}
     planned["n1"] = [{"name": "main", "record": rec("127.0.0.1")}]
     with pytest.raises(AnsibleFilterError, match="n1: instance main listens on 127.0.0.1 only"):
-        analysis_sides(rows, planned=planned)
+        analysis_sides(rows, planned=planned, addresses=addresses)
 
 
 # ---- the baseline of the analysis after a scheduled restart (restart_baseline, peer_targets) ----
@@ -232,10 +237,14 @@ def test_the_restart_baseline_is_every_other_hosts_instance_reached_from_this_on
         "node3": {},                                   # no record (not in the play): left out
         "node4": {"instances": [rec("10.0.0.4", tls={"ca_path": "/x"}, url="https://10.0.0.4:8000")]},
     }
-    got = restart_baseline(records, host="node1", addresses={"node2": "node2.example"})
+    got = restart_baseline(records, host="node1", addresses={"node2": "10.0.0.2", "node4": "10.0.0.4"})
     assert [(t["name"], t["url"]) for t in got] == [
-        ("node2/main", "http://10.0.0.2:8000"), ("node2/small", "http://node2.example:8001"),
+        ("node2/main", "http://10.0.0.2:8000"), ("node2/small", "http://10.0.0.2:8001"),
         ("node4/main", "https://10.0.0.4:8000")]
+    # node2's record binds 10.0.0.2, the inventory says node2.example: refused, naming both
+    with pytest.raises(AnsibleFilterError, match=r"node2: instance main: its record's bind '10\.0\.0\.2' is not the "
+                                                 r"address the inventory gives for the host \('node2\.example'"):
+        restart_baseline(records, host="node1", addresses={"node2": "node2.example", "node4": "10.0.0.4"})
     assert all("api_key" not in t for t in got)
     assert got[0]["max_num_seqs"] == 4 and got[0]["max_model_len"] == 1024
 

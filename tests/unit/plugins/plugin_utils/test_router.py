@@ -3,6 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ansible_collections.kvfleet.vllm.plugins.plugin_utils._router import RouterError, backend_urls
@@ -16,10 +18,26 @@ def test_bound_to_every_address_is_reached_at_the_hosts_address():
     assert backend_urls([_rec(), _rec("b", 8001, "")], "10.0.0.5") == ["http://10.0.0.5:8000", "http://10.0.0.5:8001"]
 
 
-def test_bound_to_one_address_is_reached_there_ipv6_bracketed():
-    assert backend_urls([_rec(bind="10.88.0.61", url="http://10.88.0.61:8000")], "node1") == ["http://10.88.0.61:8000"]
-    assert backend_urls([_rec(bind="fd00::5")], "node1") == ["http://[fd00::5]:8000"]
+def test_bound_to_the_inventorys_address_is_reached_there_ipv6_bracketed():
+    assert backend_urls([_rec(bind="10.88.0.61", url="http://10.88.0.61:8000")], "10.88.0.61") == ["http://10.88.0.61:8000"]
+    assert backend_urls([_rec(bind="fd00::5")], "fd00:0::5") == ["http://[fd00::5]:8000"]
+    assert backend_urls([_rec(bind="GPU1.example.com.")], "gpu1.example.com") == ["http://GPU1.example.com.:8000"]
     assert backend_urls([_rec()], "fd00::9") == ["http://[fd00::9]:8000"]
+
+
+@pytest.mark.parametrize("bind, address", [
+    ("10.88.0.62", "10.88.0.61"),            # another host of the fleet
+    ("10.0.0.1", "node1"),                   # an address the inventory does not give for it
+    ("attacker.example", "node1.example"),   # an external name
+    ("node1.example.evil", "node1.example"),
+    ("fd00::6", "fd00::5"),
+])
+def test_a_record_binding_another_address_than_the_inventorys_is_refused(bind, address):
+    # the record is the host's own word: it cannot aim the router, or the analysis, elsewhere
+    with pytest.raises(RouterError, match=r"node1: instance main: its record's bind '%s' is not the address the "
+                                          r"inventory gives for the host \('%s'.*set vllm_router_backend_address"
+                                          % (re.escape(bind), re.escape(address))):
+        backend_urls([_rec(bind=bind)], address, host="node1")
 
 
 def test_loopback_only_from_the_same_host():
