@@ -286,8 +286,7 @@ class Tally(object):
     def row(self, what):
         n = sum(self.counts.values())
         return "| %s | %d | %d | %d | %d | %.1f %% |" % (what, n, self.counts["pass"], self.counts["inconclusive"],
-                                                       self.counts["fail"], 100.0 * self.counts["fail"] / max(n, 1))
-
+                                                        self.counts["fail"], 100.0 * self.counts["fail"] / max(n, 1))
 
     def medians(self, names=("ttft_p50", "itl_p50", "e2e_p50", "e2e_p95", "requests_waiting", "kv_usage")):
         """The median over the windows of a few checks' values, canary / baseline."""
@@ -384,7 +383,7 @@ def judge(capture, md):
 
 
 def main(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = p.add_subparsers(dest="mode", required=True)
     r = sub.add_parser("record")
     r.add_argument("--out", required=True)
