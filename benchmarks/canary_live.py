@@ -285,8 +285,9 @@ class Tally(object):
 
     def row(self, what):
         n = sum(self.counts.values())
-        return "| %s | %d | %d | %d | %d | %.1f %% |" % (what, n, self.counts["pass"], self.counts["inconclusive"],
-                                                        self.counts["fail"], 100.0 * self.counts["fail"] / max(n, 1))
+        c = self.counts
+        return "| %s | %d | %d | %d | %d | %.1f %% |" % (
+            what, n, c["pass"], c["inconclusive"], c["fail"], 100.0 * c["fail"] / max(n, 1))
 
     def medians(self, names=("ttft_p50", "itl_p50", "e2e_p50", "e2e_p95", "requests_waiting", "kv_usage")):
         """The median over the windows of a few checks' values, canary / baseline."""
