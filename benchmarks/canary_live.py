@@ -18,9 +18,11 @@ canary_analysis module's (60 s at 5 s, min_requests 20), with the early verdict 
 extension while either side has too few requests. Sliding windows overlap: they are not
 independent trials.
 
-usage (PYTHONPATH=/tmp/ac:tests/support, with the environment of tests/env.sh):
-  python benchmarks/canary_live.py record --out DIR --same-minutes 27 --slow-minutes 23
-  python benchmarks/canary_live.py judge --capture DIR [--md FILE]
+usage (after `. tests/env.sh` and `bash tests/setup.sh tools vllm model copy`; results: CANARY-LIVE.md):
+  PYTHONPATH=$KVFLEET_COLLECTIONS:tests/support $KVFLEET_TOOLS/bin/python benchmarks/canary_live.py \
+      record --out DIR --same-minutes 27 --slow-minutes 23
+  PYTHONPATH=$KVFLEET_COLLECTIONS:tests/support $KVFLEET_TOOLS/bin/python benchmarks/canary_live.py \
+      judge --capture DIR [--md FILE]
 """
 
 from __future__ import annotations
