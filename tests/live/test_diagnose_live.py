@@ -96,7 +96,9 @@ def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_serv
     }, "vars": dict(SERVER_VARS, ansible_connection="local", ansible_python_interpreter=os.environ.get(
         "KVFLEET_TOOLS", "") + "/bin/python")}}))
     report = tmp_path / "report"
-    load = under_load(capped, 200, 40, 20, 900)
+    # more requests than the test can finish at the cap (cancelled below): the rounds after the
+    # playbook, however long it took on a busy machine, still see the queue
+    load = under_load(capped, 2000, 40, 20, 900)
     try:
         proc = subprocess.run(
             ["ansible-playbook", "-i", str(inventory), "kvfleet.vllm.diagnose",
@@ -117,10 +119,14 @@ def test_diagnose_names_the_capped_host_in_table_and_reports(tmp_path, idle_serv
             time.sleep(2)
     finally:
         load.cancel()
-    last = [json.loads(line) for line in (mon / "history.jsonl").read_text().splitlines()
-            if json.loads(line)["instance"] == "main"][-1]
-    assert last.get("error") is None and last["requests_running"] == 2, last
-    assert last["cause_ids"] == ["concurrency_cap"], last
+    rounds = [json.loads(line) for line in (mon / "history.jsonl").read_text().splitlines()
+              if json.loads(line)["instance"] == "main"]
+    # each round is one moment: between two engine steps vLLM may show one request running and
+    # the rest queued, so the cap (2, from the instance's options, at its own bind) is asserted
+    # where a round saw it full, and no round may see more
+    assert rounds and all(r.get("error") is None and 1 <= r["requests_running"] <= 2 for r in rounds), rounds
+    full = [r for r in rounds if r["requests_running"] == 2]
+    assert full and all(r["cause_ids"] == ["concurrency_cap"] for r in full), rounds
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "Report: %s/kvfleet-vllm-diagnosis.html" % report in proc.stdout
 
