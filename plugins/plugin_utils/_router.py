@@ -15,6 +15,7 @@ import ipaddress
 import math
 import re
 
+from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import _median
 from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import PromParseError, parse
 
 __all__ = ["RouterError", "backend_urls", "address_ok", "reach", "backend_outcomes", "edge_errors"]
@@ -256,12 +257,8 @@ def edge_errors(before, after, urls, min_failures=EDGE_MIN_FAILURES, margin=EDGE
     attempts = mine["success"] + mine["failure"]
     if not attempts:
         return None
-    shares = sorted(c["failure"] / (c["success"] + c["failure"]) for c in others.values() if c["success"] + c["failure"])
-    if shares:
-        mid = len(shares) // 2
-        base = shares[mid] if len(shares) % 2 else (shares[mid - 1] + shares[mid]) / 2.0
-    else:
-        base = 0.0
+    shares = [c["failure"] / (c["success"] + c["failure"]) for c in others.values() if c["success"] + c["failure"]]
+    base = _median(shares) if shares else 0.0
     share = mine["failure"] / attempts
     p_value = _binomial_tail(mine["failure"], attempts, base)
     failed = mine["failure"] >= min_failures and share > base + margin and p_value < alpha
