@@ -33,11 +33,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._analysis_run import samples_in
+from ansible_collections.kvfleet.vllm.plugins.module_utils._analysis_run import _Verdicts, samples_in
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
-    DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, analyse)
+    DEFAULT_MIN_REQUESTS, analyse)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import Response, sample
 
 TICK_S = 5.0                      # the recording's spacing: the module's default interval
@@ -217,44 +218,41 @@ def _targets(name, snaps):
     return [{"name": name, "samples": [dict(s) for s in snaps], "limits": dict(LIMITS)}]
 
 
+class _Replayed(object):
+    """What _analysis_run._Verdicts reads of a TargetWindow: the samples so far."""
+
+    def __init__(self):
+        self.snaps = []
+
+
 def run_like_module(c_all, b_all, start, step, duration, warmup=0, max_duration=None, before=None):
     """What _analysis_run.run_analysis decides from samples already recorded: `step` recorded
-    samples per interval from `start`; the early verdict (a fail at early_alpha with the whole
-    evidence in early_intervals evaluations in a row ends the window); the extension while
-    either side has fewer than min_requests, up to max_duration. Returns (result, early reason
-    or None, samples per server, whether the recording ran out first)."""
+    samples per interval from `start`, fed to the module's own _Verdicts (the early verdict, and
+    the extension while either side has fewer than min_requests, up to max_duration). Returns
+    (result, early reason or None, samples per server, whether the recording ran out first)."""
     interval = TICK_S * step
-    th = dict(DEFAULT_THRESHOLDS)
     first = samples_in(warmup + duration, interval)
     most = samples_in(warmup + max(duration, max_duration or duration), interval)
-    c, b, fails, enough, early, short = [], [], 0, False, None, False
+    stop = threading.Event()
+    canary, baseline = _Replayed(), _Replayed()
+    plan = _Verdicts([("canary", {"name": "canary"}, dict(LIMITS), canary),
+                      ("baseline", {"name": "baseline"}, dict(LIMITS), baseline)],
+                     DEFAULT_MIN_REQUESTS, None, warmup, duration, stop, before)
+    short = False
     for k in range(most):
         idx = start + k * step
         if idx >= len(c_all):
             short = True
             break
-        c.append(c_all[idx])
-        b.append(b_all[idx])
-        # as _Verdicts.watch: from the third sample, once past the warm-up
-        if len(c) >= 3 and c[-1]["time"] - c[0]["time"] > warmup:
-            res = analyse(_targets("canary", c), _targets("baseline", b), min_requests=DEFAULT_MIN_REQUESTS,
-                          thresholds=dict(th, alpha=th["early_alpha"]), warmup=warmup, before=before)
-            whole = res["requests"]["canary"] >= DEFAULT_MIN_REQUESTS or (res["requests"]["canary"] == 0 and any(
-                x["metric"] == "traffic_share" and x["result"] == "fail" for x in res["checks"]))
-            decided = res["verdict"] == "fail" and (whole or "fails at once" in res["reason"])
-            fails = fails + 1 if decided else 0
-            if fails >= th["early_intervals"]:
-                early = res["reason"]
-                break
-            # the window's planned length reached (counted in samples: the recorded times jitter)
-            if len(c) >= first and not enough:
-                enough = (res["requests"]["canary"] >= DEFAULT_MIN_REQUESTS
-                          and res["requests"]["baseline"] >= DEFAULT_MIN_REQUESTS)
-        if len(c) >= first and enough:
+        # copies: the analysis adds rates to its samples, and the windows overlap
+        baseline.snaps.append(dict(b_all[idx]))
+        canary.snaps.append(dict(c_all[idx]))
+        plan.watch(canary)
+        if stop.is_set() or (len(canary.snaps) >= first and not plan.more()):
             break
-    result = analyse(_targets("canary", c), _targets("baseline", b), min_requests=DEFAULT_MIN_REQUESTS,
-                     warmup=warmup, before=before)
-    return result, early, len(c), short
+    result = analyse(_targets("canary", canary.snaps), _targets("baseline", baseline.snaps),
+                     min_requests=DEFAULT_MIN_REQUESTS, warmup=warmup, before=before)
+    return result, plan.early, len(canary.snaps), short
 
 
 def _stride(span, room, choices=(15, 12, 9, 6, 3)):
