@@ -734,15 +734,22 @@ def markdown(res):
                 r["window_samples"], r["analyses"], r["verdicts"].get("pass", 0),
                 r["verdicts"].get("inconclusive", 0), r["verdicts"].get("fail", 0), 100 * r["false_fail_rate"]))
         if c.get("early"):
-            lines += ["", "The early verdict (a fail at `early_alpha` 0.005 in 2 evaluations in a row, one "
-                      "per sample; every check made, or no request at all, or a restart): seconds from the "
-                      "canary's first bad sample to the decision, samples 1 s apart.", "",
-                      "| bad canary | decided at sample | seconds after its first bad sample | named |",
-                      "|---|---|---|---|"]
+            lines += ["", "The early verdict (`_analysis_run._Verdicts` with its defaults: a fail at `early_alpha` "
+                      "0.005 in 2 evaluations in a row, one per sample, with the ratios and latency quantiles "
+                      "tested per request against their limits; every check made, or a queue the baseline does "
+                      "not hold, or no request at all, or a restart), fed the captures as they are (a sample a "
+                      "second) and every fifth sample (what a sampler 5 s apart reads): intervals and seconds "
+                      "from the canary's first bad sample (the end of its first interval, for a canary bad from "
+                      "the start) to the decision, and the requests the canary had finished by then "
+                      "(`min_requests` 20 before a check on finished requests may decide).", "",
+                      "| bad canary | decided at sample | intervals after its first bad sample | seconds | "
+                      "canary requests | named |", "|---|---|---|---|---|---|"]
             for name, r in sorted(c["early"].items()):
-                seconds = r["seconds"] if r["seconds"] is not None else "-"
-                lines.append("| %s | %s | %s | %s |" % (name, r["samples"] or "never", seconds,
-                                                        ", ".join(r["named"]) or "-"))
+                dash = "-"
+                lines.append("| %s | %s | %s | %s | %s | %s |" % (
+                    name, r["samples"] or "never", dash if r["intervals"] is None else r["intervals"],
+                    dash if r["seconds"] is None else r["seconds"], dash if r["requests"] is None else r["requests"],
+                    ", ".join(r["named"]) or dash))
         if c.get("slower_host"):
             lines += ["", "A harmless change on a host already slower than its peer (derived: the identical-settings "
                       "pair with the canary one histogram bucket slower, before and after): each window after a "

@@ -8,12 +8,16 @@ load balancer forgot) are the captures with the one change each names, as in the
 from __future__ import annotations
 
 import copy
+import threading
 import time
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import DEFAULT_THRESHOLDS, analyse
+from ansible_collections.kvfleet.vllm.plugins.module_utils._analysis_run import _Verdicts
+from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
+    CHECKS, DEFAULT_MIN_REQUESTS, analyse)
 from ansible_collections.kvfleet.vllm.tests.unit import fixtures
 
 INTERVAL_S = 1.0   # the captures' spacing (tests/support/capture_fixtures.py canary-pairs)
+_CHECK_NAMES = ["traffic_share"] + [c[0] for c in CHECKS]
 
 
 def _target(name, samples, **limits):
@@ -72,39 +76,61 @@ def _restarted(samples, at=5):
     return out[:len(samples)]
 
 
-def early_decision(canary, baseline, limits, bad_from=0):
-    """When the early verdict ends the window (as _analysis_run._Verdicts, with the defaults):
-    the sample at which a fail at early_alpha holds for early_intervals evaluations in a row
-    (with every check made, or no request at all, or a restart or critical cause), in seconds
-    from the canary's first bad sample (bad_from), and what it named."""
-    th = dict(DEFAULT_THRESHOLDS, alpha=DEFAULT_THRESHOLDS["early_alpha"])
-    fails = 0
-    for n in range(3, len(canary) + 1):
-        res = analyse([_target("canary", canary[:n], **limits)], [_target("baseline", baseline[:n], max_num_seqs=16)],
-                      thresholds=th)
-        whole = res["requests"]["canary"] >= 20 or (res["requests"]["canary"] == 0 and any(
-            c["metric"] == "traffic_share" and c["result"] == "fail" for c in res["checks"]))
-        fails = fails + 1 if res["verdict"] == "fail" and (whole or "fails at once" in res["reason"]) else 0
-        if fails >= DEFAULT_THRESHOLDS["early_intervals"]:
-            named = (["restart (process_start_time_seconds)"] if "restarted in the window" in res["reason"] else
-                     [c["metric"] for c in res["checks"] if c["result"] == "fail"] or
-                     [c["id"] for c in res["causes"] if c.get("severity") == "critical"])
-            return {"samples": n, "seconds": (n - 1 - bad_from) * INTERVAL_S, "named": named}
-    return {"samples": None, "seconds": None, "named": []}
+class _Replayed(object):
+    """What _analysis_run._Verdicts reads of a TargetWindow: the samples so far."""
+
+    def __init__(self):
+        self.snaps = []
+
+
+def early_decision(canary, baseline, limits, first_bad=1, every=1):
+    """When the early verdict ends the window: the captures fed sample by sample (every `every`-th
+    of them: counters read at those instants are what a sampler `every` s apart reads) to the
+    module's own _analysis_run._Verdicts (its defaults). first_bad: the index (in the captures) of
+    the canary's first sample that shows it bad (1 for a canary bad from the start: the end of
+    its first interval). Returns the sample decided at, the intervals and seconds from the first
+    bad sample, the canary's finished requests then, and what it named."""
+    stop = threading.Event()
+    mine, theirs = _Replayed(), _Replayed()
+    plan = _Verdicts([("canary", {"name": "canary"}, dict(limits), mine),
+                      ("baseline", {"name": "baseline"}, {"max_num_seqs": 16}, theirs)],
+                     DEFAULT_MIN_REQUESTS, None, 0, len(canary) * INTERVAL_S, stop)
+    for index in range(0, len(canary), every):
+        # copies: the analysis adds rates to its samples
+        theirs.snaps.append(copy.deepcopy(baseline[index]))
+        mine.snaps.append(copy.deepcopy(canary[index]))
+        plan.watch(mine)
+        if stop.is_set():
+            reason = plan.early
+            named = (["restart (process_start_time_seconds)"] if "restarted in the window" in reason else
+                     [m for m in _CHECK_NAMES if "%s " % m in reason] or ["critical cause"])
+            first = -(-first_bad // every) * every   # the first sample read at or after it
+            done = int(mine.snaps[-1].get("requests_finished_total") or 0) - int(
+                mine.snaps[0].get("requests_finished_total") or 0)
+            return {"samples": len(mine.snaps), "intervals": (index - first) // every,
+                    "seconds": (index - first) * INTERVAL_S, "requests": done, "named": named}
+    return {"samples": None, "intervals": None, "seconds": None, "requests": None, "named": []}
 
 
 def decisions():
-    """Seconds from the first bad sample to the early verdict, per bad canary."""
+    """Intervals and seconds from the first bad sample to the early verdict, per bad canary, with
+    samples 1 s apart (the captures as they are) and 5 s apart (every fifth)."""
     same_c, same_b = fixtures.replay("canary-same-canary"), fixtures.replay("canary-same-baseline")
+    cases = [(name, fixtures.replay(cond + "-canary"), fixtures.replay(cond + "-baseline"), limits, 1)
+             for name, cond, limits in (
+                 ("small kv cache", "canary-small-kv", {"max_num_seqs": 16}),
+                 ("low max num seqs", "canary-low-seqs", {"max_num_seqs": 4}),
+                 ("no traffic (load balancer forgot it)", "canary-idle", {"max_num_seqs": 16}))]
+    cases.append(("5xx for half its answers (derived)", _with_5xx(same_c), _with_5xx(same_b, 0.0),
+                  {"max_num_seqs": 16}, 1))
     out = {}
-    for name, cond, limits in (("small kv cache", "canary-small-kv", {"max_num_seqs": 16}),
-                               ("low max num seqs", "canary-low-seqs", {"max_num_seqs": 4}),
-                               ("no traffic (load balancer forgot it)", "canary-idle", {"max_num_seqs": 16})):
-        out[name] = early_decision(fixtures.replay(cond + "-canary"), fixtures.replay(cond + "-baseline"), limits)
-    out["5xx for half its answers (derived)"] = early_decision(_with_5xx(same_c), _with_5xx(same_b, 0.0),
-                                                               {"max_num_seqs": 16})
-    out["restarted mid-window (derived)"] = early_decision(_restarted(same_c), same_b, {"max_num_seqs": 16},
-                                                           bad_from=5)
+    for name, canary, baseline, limits, first_bad in cases:
+        for every in (1, 5):
+            out["%s, samples %d s apart" % (name, every)] = early_decision(
+                canary, baseline, limits, first_bad=first_bad, every=every)
+    # the restart's first bad sample is the first unreadable one (at 5 s apart it falls between two)
+    out["restarted mid-window (derived), samples 1 s apart"] = early_decision(
+        _restarted(same_c), same_b, {"max_num_seqs": 16}, first_bad=5)
     return out
 
 

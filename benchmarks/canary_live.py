@@ -250,8 +250,9 @@ def run_like_module(c_all, b_all, start, step, duration, warmup=0, max_duration=
         plan.watch(canary)
         if stop.is_set() or (len(canary.snaps) >= first and not plan.more()):
             break
+    final, early = plan.final(None)
     result = analyse(_targets("canary", canary.snaps), _targets("baseline", baseline.snaps),
-                     min_requests=DEFAULT_MIN_REQUESTS, warmup=warmup, before=before)
+                     min_requests=DEFAULT_MIN_REQUESTS, thresholds=final, warmup=warmup, before=before, early=early)
     return result, plan.early, len(canary.snaps), short
 
 

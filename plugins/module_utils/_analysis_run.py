@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
-    DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, analyse)
+    _WITHOUT_REQUESTS, DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, analyse)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._diagnosis import add_rates, diagnose
 from ansible_collections.kvfleet.vllm.plugins.module_utils._fleet import (
     TargetWindow, run_windows, target_limits)
@@ -82,7 +82,7 @@ class _Verdicts(object):
                                 "samples": list(w.snaps), "limits": limits})
         th = dict(self.th, alpha=self.th["early_alpha"]) if early else self.th
         return analyse(sides["canary"], sides["baseline"], min_requests=self.min_requests,
-                       thresholds=th, warmup=self.warmup, before=self.before)
+                       thresholds=th, warmup=self.warmup, before=self.before, early=early)
 
     def watch(self, window):
         """After each sample of the first canary server."""
@@ -93,12 +93,14 @@ class _Verdicts(object):
             if elapsed <= self.warmup:
                 return
             result = self._now(early=True)
-            # early only on the whole evidence: enough canary requests for every check, or a
-            # canary that finished nothing while the baseline's share says it should have (a
-            # slow canary's few requests are judged at the end, on every check)
-            whole = result["requests"]["canary"] >= self.min_requests or (
-                result["requests"]["canary"] == 0 and any(
-                    c["metric"] == "traffic_share" and c["result"] == "fail" for c in result["checks"]))
+            # early only on the whole evidence: enough canary requests for every check, a canary
+            # that finished nothing while the baseline's share says it should have, or one that
+            # holds a queue (or a cache) its baseline does not, which needs no finished request
+            # (a slow canary's few requests are judged at the end, on every check)
+            failed = [c["metric"] for c in result["checks"] if c["result"] == "fail"]
+            whole = (result["requests"]["canary"] >= self.min_requests
+                     or (result["requests"]["canary"] == 0 and "traffic_share" in failed)
+                     or any(m in _WITHOUT_REQUESTS for m in failed))
             decided = result["verdict"] == "fail" and (whole or "fails at once" in result["reason"])
             self.fails = self.fails + 1 if decided else 0
             if self.fails >= self.th["early_intervals"]:
@@ -113,6 +115,13 @@ class _Verdicts(object):
 
     def more(self):
         return not self.enough
+
+    def final(self, thresholds):
+        """The thresholds and the look of the final judgement: the early verdict's when it ended
+        the window, so that the verdict reported is the one that ended it."""
+        if self.early is None:
+            return thresholds, False
+        return dict(thresholds or {}, alpha=self.th["early_alpha"]), True
 
 
 def _both(first, second):
@@ -156,8 +165,9 @@ def run_analysis(canary, baseline, connect, duration, interval, min_requests=DEF
             diagnosis = None   # judged from the end of the warm-up on (analyse works it out)
         sides[side].append({"name": target["name"], "host": target.get("host"), "samples": w.snaps,
                             "diagnosis": diagnosis, "limits": limits})
+    final, early = plan.final(thresholds)
     result = analyse(sides["canary"], sides["baseline"], min_requests=min_requests,
-                     thresholds=thresholds, warmup=warmup, before=before)
+                     thresholds=final, warmup=warmup, before=before, early=early)
     result["decided_early"] = plan.early
     for side, target, limits, w in windows:
         for entry in result["targets"]:

@@ -260,6 +260,24 @@ def poisson_cdf(k, mean):
     return min(1.0, total)
 
 
+def binomial_sf(k, n, share):
+    """P(X >= k) for X binomial over n trials, each a success with probability share."""
+    if k <= 0:
+        return 1.0
+    if k > n or share <= 0.0:
+        return 0.0
+    if share >= 1.0:
+        return 1.0
+    total = 0.0
+    for j in range(int(k), int(n) + 1):
+        term = math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+                        + j * math.log(share) + (n - j) * math.log1p(-share))
+        total += term
+        if term < 1e-12 * total:
+            break
+    return min(total, 1.0)
+
+
 def holm(p_values, alpha):
     """Holm's step-down correction: for each p-value (None: not tested), whether it is rejected
     at family level alpha, and the level it was held to. The smallest is held to alpha / m, the
@@ -499,6 +517,12 @@ def side_window(windows):
         out["values"][check] = None if value is None else round(value, _DIGITS)
         out["why"][check] = why
         out["intervals"][check] = [v for w in usable for v in w["intervals"][check]]
+    # what the per-request tests of an early verdict count: events and their requests or answers
+    out["per_request"] = dict((check, (counted[check], finished)) for check in counted)
+    out["per_request"]["http_5xx_ratio"] = (sum(w["http_5xx"] for w in answered),
+                                            sum(w["http"] for w in answered))
+    out["per_request"].update((check, hists[metric]) for check, unused, metric, unused2, unused3, unused4
+                              in CHECKS if metric in _HISTOGRAMS)
     if not usable:
         out["why"] = dict((c[0], "no usable window") for c in CHECKS)
     return out
@@ -635,6 +659,51 @@ def _test(entry, cv, bv, direction, th):
     return entry
 
 
+def _per_request(check, canary, limit):
+    """The early verdict's test on the canary's requests themselves, for a check worse when higher:
+    (p, words) or None where the check has none. A ratio: events over requests (or answers), each
+    request taken to add events as a Poisson variable at the limit's rate. A quantile q: the requests
+    known beyond the limit (in buckets whose lower bound is at or above it), each beyond with
+    probability 1 - q if the canary's quantile were within the limit (a binomial tail). Both test
+    the canary against its limit, not against the baseline's value: beyond the tolerance, not only
+    beyond the baseline."""
+    data = canary.get("per_request", {}).get(check)
+    spec = _check_spec(check)
+    if data is None or spec[4] != "higher":
+        return None
+    if spec[3] is None:
+        events, total = data
+        if not total or limit <= 0:
+            return None
+        p = 1.0 - poisson_cdf(int(events) - 1, total * limit) if events > 0 else 1.0
+        return max(p, 0.0), "%d in %d requests against %.3g at the limit" % (events, total, total * limit)
+    bounds, counts = data
+    if bounds is None or counts[-1] <= 0:
+        return None
+    above = [k for k, bound in enumerate(bounds) if bound >= limit]
+    if not above:
+        return None   # the limit beyond the last finite bucket: no request is known beyond it
+    total = counts[-1]
+    beyond = total - counts[above[0]]
+    q = spec[3]
+    return binomial_sf(beyond, total, 1.0 - q), "%d of %d requests beyond %s (at most %.0f%% if its p%d were within)" % (
+        beyond, total, _fmt(limit, spec[5]), 100 * (1 - q), int(round(100 * q)))
+
+
+def _early_test(entry, check, canary, limit, shift):
+    """In an early verdict, the per-request test where the check has one, in place of the interval
+    test: a few intervals hold many requests, so overwhelming evidence is seen in one or two."""
+    if entry["result"] not in ("candidate", "inconclusive"):
+        return entry
+    found = _per_request(check, canary, limit + shift)
+    if found is None:
+        return entry
+    p, words = found
+    entry.update(result="candidate", test="per_request", p_value=float("%.4g" % p), per_request=words)
+    entry.pop("n", None)
+    return entry
+
+
 def _handicap(pre, direction):
     """How much worse than its baseline the canary host was before its change (0 when it was
     not worse): the difference of differences takes it off the canary's values."""
@@ -644,9 +713,10 @@ def _handicap(pre, direction):
     return max(d if direction == "higher" else -d, 0.0)
 
 
-def _compare(check, family, direction, unit, canary, hosts, th, pre=None):
+def _compare(check, family, direction, unit, canary, hosts, th, pre=None, early=False):
     """One check of the canary against the baseline's hosts (robust to one of them); pre: the
-    canary host's and the baseline's values of this check before the change (or None)."""
+    canary host's and the baseline's values of this check before the change (or None); early: an
+    early verdict's look (_early_test)."""
     raw = canary["values"][check]
     base = _robust(check, family, direction, hosts, th)
     entry = _entry(check, raw, base["value"])
@@ -696,7 +766,8 @@ def _compare(check, family, direction, unit, canary, hosts, th, pre=None):
         entry.update(baseline=round(vl, _DIGITS), limit=round(lenient, _DIGITS), effect=_effect(c, vl))
         entry["why_base"] = "%s, beyond the limit of both baseline hosts; %s" % (shown, disagree)
         entry["rooms"] = _rooms(c, vl, family, th)
-        return _test(entry, cv, il, direction, th)
+        _test(entry, cv, il, direction, th)
+        return _early_test(entry, check, canary, lenient, shift) if early else entry
     b = base["value"]
     entry["baseline"] = round(b, _DIGITS)
     limit = _limit(b, _room(family, b, th), direction)
@@ -710,7 +781,8 @@ def _compare(check, family, direction, unit, canary, hosts, th, pre=None):
     if shift:
         entry["why_base"] = "%s, %s the limit %s (baseline %s)" % (
             shown, "above" if direction == "higher" else "below", _fmt(limit, unit), _fmt(b, unit))
-    return _test(entry, cv, base["intervals"], direction, th)
+    _test(entry, cv, base["intervals"], direction, th)
+    return _early_test(entry, check, canary, limit, shift) if early else entry
 
 
 def _absolute(check, direction, unit, canary, th, without):
@@ -800,7 +872,9 @@ def _settle(checks, th):
             _fmt(c["canary"], _unit(c)), "above" if _check_spec(c["metric"])[4] == "higher" else "below",
             _fmt(c["limit"], _unit(c)), _fmt(c["baseline"], _unit(c)))
         n = c.pop("n", None)
-        test = ("Mann-Whitney U over %d and %d interval values" % n if n else "Poisson")
+        words = c.pop("per_request", None)
+        test = ("Mann-Whitney U over %d and %d interval values" % n if n else
+                "per request, %s" % words if words else "Poisson")
         if rejected and c.get("on_reject") == "inconclusive":
             c.update(result="inconclusive", why="%s; %s against the stricter host: p=%.2g < %.2g (Holm, alpha %g "
                      "over %d checks), so it cannot be decided" % (
@@ -814,6 +888,7 @@ def _settle(checks, th):
         c.pop("held", None)
     for c in checks:
         c.pop("why_base", None)
+        c.pop("per_request", None)
         c.pop("on_reject", None)
         c.pop("n", None)
         c.pop("rooms", None)
@@ -910,14 +985,18 @@ def before_differences(before, min_requests=DEFAULT_MIN_REQUESTS):
     return out, None if out else "the window before the change compared no check"
 
 
-def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None, warmup=0, before=None):
+def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None, warmup=0, before=None,
+            early=False):
     """The canary's verdict. canary, baseline: lists of targets, each {"name", "host" (the
     baseline's per-host values group by it; the name when absent), "samples" (snapshots, oldest
     first), "limits" (scheduler limits, optional), "diagnosis" (the diagnose() result of its
     window; computed when absent)}. thresholds: overrides of DEFAULT_THRESHOLDS (check_thresholds
     first). warmup: seconds after the canary's first sample that no window counts. before: the
     result of analyse() for the same canary host before its change (the difference of
-    differences: a check it was already worse in is judged on what the change added).
+    differences: a check it was already worse in is judged on what the change added). early: the
+    look of an early verdict during the window (_analysis_run): a check with a per-request test
+    (the ratios and the latency quantiles) is tested on the canary's requests against its limit,
+    not on its intervals, so that overwhelming evidence needs no five intervals a side.
 
     {"verdict", "reason", "checks", "requests": {"canary", "baseline"}, "causes" (the canary
      targets' causes, each with its "target"), "mode" ("baseline" or "absolute"), "restarted"
@@ -990,7 +1069,7 @@ def analyse(canary, baseline, min_requests=DEFAULT_MIN_REQUESTS, thresholds=None
     checks = [_traffic(canary_windows, hosts, min_requests, th)] if mode == "baseline" else []
     for check, family, unused, unused2, direction, unit in CHECKS:
         if mode == "baseline":
-            checks.append(_compare(check, family, direction, unit, mine, host_sides, th, pre.get(check)))
+            checks.append(_compare(check, family, direction, unit, mine, host_sides, th, pre.get(check), early))
         else:
             checks.append(_absolute(check, direction, unit, mine, th, without))
     few = mine["finished"] < min_requests

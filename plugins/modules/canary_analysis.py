@@ -214,7 +214,9 @@ options:
         type: int
       early_alpha:
         description: The level of the verdict worked out after every sample, between 0 and 1
-          (stricter than O(thresholds.alpha), as it is looked at many times). Default 0.005.
+          (stricter than O(thresholds.alpha), as it is looked at many times). Default 0.005. In it,
+          the ratios and the latency quantiles are tested on the canary's requests against their
+          limits (C(test=per_request)), as one or two intervals are too few for the rank test.
         type: float
       early_intervals:
         description: Evaluations in a row (one per canary sample) that must fail at
@@ -499,7 +501,8 @@ checks:
       type: str
     test:
       description: C(mann_whitney_u) (C(poisson) for C(traffic_share)) when the test was run
-        (only for a canary beyond the tolerance with enough values), else null.
+        (only for a canary beyond the tolerance with enough values), C(per_request) in a verdict
+        that ended the window early, else null.
       type: str
     p_value:
       description: The test's one-sided p-value, or null.

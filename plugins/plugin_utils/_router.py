@@ -12,10 +12,9 @@ of a URL it does not have, so the two must build the very same string. Stdlib on
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
 
-from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import _median
+from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import _median, binomial_sf
 from ansible_collections.kvfleet.vllm.plugins.module_utils._prom import PromParseError, parse
 
 __all__ = ["RouterError", "backend_urls", "address_ok", "reach", "backend_outcomes", "edge_errors"]
@@ -211,24 +210,6 @@ def _window(before, after):
     return out
 
 
-def _binomial_tail(failed, attempts, share):
-    """P(at least `failed` of `attempts` fail) when each fails with probability `share`."""
-    if failed <= 0:
-        return 1.0
-    if share <= 0.0:
-        return 0.0
-    if share >= 1.0:
-        return 1.0
-    total = 0.0
-    for k in range(int(failed), int(attempts) + 1):
-        term = math.exp(math.lgamma(attempts + 1) - math.lgamma(k + 1) - math.lgamma(attempts - k + 1)
-                        + k * math.log(share) + (attempts - k) * math.log1p(-share))
-        total += term
-        if term < 1e-12 * total:
-            break
-    return min(total, 1.0)
-
-
 def edge_errors(before, after, urls, min_failures=EDGE_MIN_FAILURES, margin=EDGE_MARGIN, alpha=EDGE_ALPHA):
     """The routers' verdict on one host's instances over the analysis window, as a check of the
     canary analysis's shape (metric router_errors).
@@ -260,7 +241,7 @@ def edge_errors(before, after, urls, min_failures=EDGE_MIN_FAILURES, margin=EDGE
     shares = [c["failure"] / (c["success"] + c["failure"]) for c in others.values() if c["success"] + c["failure"]]
     base = _median(shares) if shares else 0.0
     share = mine["failure"] / attempts
-    p_value = _binomial_tail(mine["failure"], attempts, base)
+    p_value = binomial_sf(mine["failure"], attempts, base)
     failed = mine["failure"] >= min_failures and share > base + margin and p_value < alpha
     why = ("%d of %d attempts the routers sent it failed (share %.3f; the other %d backends' median %.3f, "
            "limit %.3f, at least %d failed, binomial p=%.2g against %g)"
