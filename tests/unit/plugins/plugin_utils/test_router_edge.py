@@ -108,5 +108,3 @@ def test_a_passing_analysis_is_rolled_back_on_the_routers_count_and_the_report_s
 @pytest.mark.parametrize("routers", [None, {}, {"before": [], "after": [], "urls": []}])
 def test_a_deploy_without_routers_is_decided_as_before(routers):
     assert analysis_outcome(canary_pass(), host="n1", routers=routers)["keep"] is True
-
-
