@@ -19,7 +19,7 @@ done
 for wanted in MANIFEST.json FILES.json README.md meta/runtime.yml meta/execution-environment.yml \
     requirements.txt bindep.txt plugins/modules/cache_gate.py plugins/module_utils/_diagnosis.py \
     roles/server/meta/argument_specs.yml roles/server/README.md playbooks/deploy.yml \
-    roles/rollout/tasks/lb_hook.yml docs/kv-cache.md changelogs/changelog.yaml LICENSE; do
+    roles/rollout/tasks/lb_hook.yml docs/kv-cache.md changelogs/changelog.yaml CHANGELOG.rst LICENSE; do
   grep -qx "$wanted" "$work/list" || { echo "FAIL: $wanted is missing from the tarball" >&2; exit 1; }
 done
 
