@@ -17,7 +17,7 @@ import pytest
 from ansible_collections.kvfleet.vllm.plugins.module_utils._analysis_run import _Verdicts
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
     DEFAULT_MIN_REQUESTS, DEFAULT_THRESHOLDS, analyse, binomial_sf)
-from ansible_collections.kvfleet.vllm.tests.unit import fixtures
+from ansible_collections.kvfleet.vllm.tests.unit.plugins.module_utils.test_canary import _slower, _with_edge, pair
 
 EARLY = dict(DEFAULT_THRESHOLDS, alpha=DEFAULT_THRESHOLDS["early_alpha"])
 
@@ -27,31 +27,6 @@ class Replayed(object):
 
     def __init__(self):
         self.snaps = []
-
-
-def pair(name):
-    return fixtures.replay(name + "-canary"), fixtures.replay(name + "-baseline")
-
-
-def with_5xx(samples, share):
-    """Derived: the server answers `share` of its inference requests with a 5xx at the HTTP layer."""
-    out = copy.deepcopy(samples)
-    for snap in out:
-        done = snap.get("requests_finished_total") or 0
-        snap["http_5xx_total"] = int(round(done * share / (1 - share))) if share else 0
-        snap["http_requests_total"] = done + snap["http_5xx_total"]
-    return out
-
-
-def slower(samples, buckets):
-    """Derived: every latency histogram's requests `buckets` buckets later (a slower canary)."""
-    out = copy.deepcopy(samples)
-    for snap in out:
-        for engines in snap["histograms"].values():
-            for hist in engines.values():
-                counts = hist["counts"]
-                hist["counts"] = [0] * buckets + counts[:len(counts) - 1 - buckets] + counts[-1:]
-    return out
 
 
 def early(canary, baseline, canary_limits, every=1):
@@ -96,7 +71,7 @@ def test_a_bad_canary_sampled_5_s_apart_is_decided_two_intervals_after_its_first
 
 def test_a_5xx_canary_sampled_5_s_apart_is_decided_two_intervals_after_its_first_bad_sample():
     canary, baseline = pair("canary-same")
-    read, reason = early(with_5xx(canary, 0.5), with_5xx(baseline, 0.0), {"max_num_seqs": 16}, every=5)
+    read, reason = early(_with_edge(canary, share_5xx=0.5), _with_edge(baseline), {"max_num_seqs": 16}, every=5)
     assert read == 4 and "http_5xx_ratio " in reason
 
 
@@ -121,7 +96,7 @@ def test_the_per_request_test_decides_what_two_intervals_cannot():
     # one histogram bucket slower: queue_time_p50 beyond its tolerance, but fewer than 4 tolerances,
     # and two intervals a side: the interval test cannot run; the canary's 72 requests decide it
     canary, baseline = pair("canary-same")
-    c, b = slower(canary, 1)[::5][:3], baseline[::5][:3]
+    c, b = _slower(canary, 1)[::5][:3], baseline[::5][:3]
     sides = ([{"name": "new", "samples": copy.deepcopy(c), "limits": {"max_num_seqs": 16}}],
              [{"name": "old", "samples": copy.deepcopy(b), "limits": {"max_num_seqs": 16}}])
     plain = dict((x["metric"], x) for x in analyse(*sides, thresholds=EARLY)["checks"])
