@@ -28,7 +28,7 @@ def _released():
 
 
 def _fragments():
-    return [p for p in glob.glob(os.path.join(ROOT, "changelogs", "fragments", "*.yml"))]
+    return glob.glob(os.path.join(ROOT, "changelogs", "fragments", "*.yml"))
 
 
 def test_the_collections_version_is_released_or_is_the_next_release():
