@@ -81,14 +81,16 @@ class _Target(object):
                     p95_seconds=round(done[min(int(len(done) * 0.95), len(done) - 1)], 3) if done else None)
 
 
-def run(senders, duration, rate, concurrency, wait, clock=time.monotonic, sleep=time.sleep):
+def run(senders, duration, rate, concurrency, wait, clock=time.monotonic, sleep=time.sleep, stop=None):
     """senders: [(name, send(index) -> None or an error's words)]. Sends for `duration` seconds,
-    then waits up to `wait` seconds for what is in flight. -> {'targets': [per target: name,
-    sent, ok, failed, skipped, errors, median_seconds, p95_seconds], 'seconds', 'unfinished'}."""
+    or until stop() says so (looked at before each round of requests), then waits up to `wait`
+    seconds for what is in flight. -> {'targets': [per target: name, sent, ok, failed, skipped,
+    errors, median_seconds, p95_seconds], 'seconds', 'unfinished', 'stopped' (by stop())}."""
     targets = [_Target(name, send) for name, send in senders]
     start = clock()
     period = 1.0 / rate
     index = 0
+    stopped = False
     while True:
         due = start + index * period
         now = clock()
@@ -96,6 +98,9 @@ def run(senders, duration, rate, concurrency, wait, clock=time.monotonic, sleep=
             break
         if due > now:
             sleep(due - now)
+        if stop is not None and stop():
+            stopped = True
+            break
         for target in targets:
             target.tick(index, concurrency)
         index += 1
@@ -105,4 +110,4 @@ def run(senders, duration, rate, concurrency, wait, clock=time.monotonic, sleep=
             thread.join(max(end - clock(), 0))
     unfinished = sum(1 for t in targets for th in t.threads if th.is_alive())
     return {"targets": [t.result() for t in targets], "seconds": round(clock() - start, 1),
-            "unfinished": unfinished}
+            "unfinished": unfinished, "stopped": stopped}

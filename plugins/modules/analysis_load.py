@@ -96,6 +96,14 @@ options:
       most for the requests still in flight.
     type: float
     default: 120
+  stop_file:
+    description: A path on the host the module runs on; once a file is there, no request is
+      started any more (as at the end of O(duration)), and the module waits for what is in flight.
+      So that a load run with C(async) ends with the analysis it serves, which may end before
+      O(duration) (an early verdict, or a window that had enough requests). A file already there
+      at the start stops the load at once.
+    type: path
+    version_added: 0.5.0
 notes:
   - The load is real work for the servers and the GPUs; bound it with O(rate) and O(duration).
 seealso:
@@ -141,9 +149,15 @@ unfinished:
   description: Requests still in flight when the module stopped waiting.
   returned: always
   type: int
+stopped:
+  description: Whether O(stop_file) ended the load before O(duration).
+  returned: always
+  type: bool
+  version_added: 0.5.0
 """
 
 import json
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -198,6 +212,7 @@ def main():
             concurrency=dict(type="int", default=4),
             max_tokens=dict(type="int", default=64, no_log=False),
             request_timeout=dict(type="float", default=120.0),
+            stop_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -211,7 +226,7 @@ def main():
     due = int(p["duration"] * p["rate"] + 0.999999) * len(p["targets"])
     if module.check_mode:
         module.exit_json(changed=False, targets=[], requests_sent=due, requests_failed=0, seconds=0.0, unfinished=0,
-                         msg="would send %d requests" % due)
+                         stopped=False, msg="would send %d requests" % due)
     models = []
     for target in p["targets"]:
         model, error = (p["model"], None) if p["model"] else _model(module, target)
@@ -221,14 +236,17 @@ def main():
     # a completion's own deadline: the transport's timeout is for the probe of /v1/models
     module.params["timeout"] = p["request_timeout"]
     senders = [(t["name"], _sender(module, t, m)) for t, m in zip(p["targets"], models)]
-    out = run(senders, p["duration"], p["rate"], p["concurrency"], wait=p["request_timeout"])
+    stop = (lambda: os.path.exists(p["stop_file"])) if p["stop_file"] else None
+    out = run(senders, p["duration"], p["rate"], p["concurrency"], wait=p["request_timeout"], stop=stop)
     hosts = dict((t["name"], t.get("host")) for t in p["targets"])
     for entry in out["targets"]:
         entry["host"] = hosts.get(entry["name"])
     sent = sum(t["sent"] for t in out["targets"])
     failed = sum(t["failed"] for t in out["targets"])
     module.exit_json(changed=False, requests_sent=sent, requests_failed=failed,
-                     msg="%d requests sent to %d servers in %ss, %d failed" % (sent, len(out["targets"]), out["seconds"], failed),
+                     msg="%d requests sent to %d servers in %ss, %d failed%s" % (
+                         sent, len(out["targets"]), out["seconds"], failed,
+                         ", ended by the stop file" if out["stopped"] else ""),
                      **out)
 
 

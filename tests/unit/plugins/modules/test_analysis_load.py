@@ -39,6 +39,18 @@ def test_each_target_gets_the_rate_for_the_duration():
     assert out["unfinished"] == 0
 
 
+def test_the_stop_ends_the_load_before_its_duration():
+    # the deploy's load runs for the analysis's longest window; the analysis may end sooner
+    clock, seen = Clock(), []
+    out = run([("a", seen.append)], duration=600, rate=1, concurrency=4, wait=5, clock=clock, sleep=clock.sleep,
+              stop=lambda: clock() >= 30)
+    assert seen == list(range(30)) and out["stopped"] is True
+    assert out["targets"][0]["sent"] == 30
+    out = run([("a", seen.append)], duration=3, rate=1, concurrency=4, wait=5, clock=clock, sleep=clock.sleep,
+              stop=lambda: False)
+    assert out["stopped"] is False and out["targets"][0]["sent"] == 3
+
+
 def test_a_server_at_its_cap_is_skipped_not_queued_and_errors_are_counted():
     clock, gate = Clock(), threading.Event()
 
@@ -110,6 +122,18 @@ def test_the_module_loads_every_target_with_the_prompts_in_turn(run_module, vllm
     assert to_new[0][2]["Authorization"] == "Bearer k-new" and to_new[0][3] == 30
     assert all("Authorization" not in p[2] for p in srv.posts if p[0].startswith("http://10.0.0.2"))
     assert "k-new" not in json.dumps(result)
+
+
+def test_a_stop_file_ends_the_module_s_load(run_module, vllm, tmp_path):
+    srv = vllm()
+    stop = tmp_path / "stop"
+    stop.write_text("")
+    failed, result = run_module(analysis_load, dict(ARGS, duration=600, stop_file=str(stop)))
+    # there at the start: not one request, and the result says why
+    assert not failed and result["stopped"] is True and result["requests_sent"] == 0 and srv.posts == []
+    assert "ended by the stop file" in result["msg"]
+    failed, result = run_module(analysis_load, dict(ARGS, stop_file=str(tmp_path / "absent")))
+    assert not failed and result["stopped"] is False and result["requests_sent"] == 8
 
 
 def test_canary_analysis_targets_serve_as_they_are(run_module, vllm):
