@@ -32,7 +32,7 @@ fi
 say "base image $base from the Debian mirror"
 bash "$HERE/hosts/setup-host.sh" >/dev/null
 mirror="${MIRROR:-http://deb.debian.org/debian}"
-hash=$(cat "$0" /usr/local/share/ca-certificates/*.crt 2>/dev/null | sha256sum | cut -c1-16)
+hash=$(sed -n '/^  mmdebstrap/,/^      --change/p' "$0" | cat - /usr/local/share/ca-certificates/*.crt 2>/dev/null | sha256sum | cut -c1-16)
 if podman image exists "$base" && [ "$(podman image inspect --format '{{ index .Config.Labels "kvfleet.hash" }}' "$base")" = "$hash" ]; then
   echo "$base up to date"
 else
@@ -70,6 +70,7 @@ with open(path) as f:
     ee = yaml.safe_load(f)
 ee["images"]["base_image"]["name"] = base
 ee.setdefault("options", {})["package_manager_path"] = "/usr/local/bin/kvfleet-pkgmgr"
+ee["options"]["skip_pip_install"] = True   # Debian's pip is there; its ensurepip is disabled
 with open(path, "w") as f:
     yaml.safe_dump(ee, f, sort_keys=False)
 PY
@@ -132,8 +133,13 @@ trap 'stop_sshd; rm -rf "$work"' EXIT
 seqs=$(podman exec kvfleet-node1 sh -c "tr '\\0' ' ' < /proc/\$(systemctl show -P MainPID vllm-main.service)/cmdline" |
   sed -n 's/.*--max-num-seqs \([0-9]*\).*/\1/p')
 new_seqs=$(( seqs == 4 ? 5 : 4 ))
+# ansible-navigator refuses podman without /dev/mqueue (POSIX message queues), which a machine
+# without systemd may lack: made here, mounted where the kernel allows it
+if [ ! -d /dev/mqueue ]; then mkdir -p /dev/mqueue && { mount -t mqueue mqueue /dev/mqueue 2>/dev/null || true; }; fi
 t0=$(date +%s)
-(cd "$work" && "$tools/bin/ansible-navigator" run kvfleet.vllm.deploy -i "$inv" \
+# ansible-navigator hands ANSIBLE_* variables on to the image: this project's collections path and
+# the demo's ansible.cfg are the controller's here, not the image's
+(cd "$work" && env -u ANSIBLE_COLLECTIONS_PATH -u ANSIBLE_CONFIG "$tools/bin/ansible-navigator" run kvfleet.vllm.deploy -i "$inv" \
    --execution-environment-image "$image" --container-engine podman --pull-policy never --mode stdout \
    --execution-environment-volume-mounts "$work/keydir:/runner/key:Z" \
    --execution-environment-volume-mounts "$MOLECULE_EPHEMERAL_DIRECTORY:$MOLECULE_EPHEMERAL_DIRECTORY:Z" \
