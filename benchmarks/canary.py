@@ -12,6 +12,8 @@ import threading
 import time
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._analysis_run import _Verdicts
+# what _Verdicts reads of a sampling window, as the unit tests feed it
+from ansible_collections.kvfleet.vllm.tests.unit.plugins.module_utils.test_analysis_early import Replayed
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
     CHECKS, DEFAULT_MIN_REQUESTS, analyse)
 from ansible_collections.kvfleet.vllm.tests.unit import fixtures
@@ -76,13 +78,6 @@ def _restarted(samples, at=5):
     return out[:len(samples)]
 
 
-class _Replayed(object):
-    """What _analysis_run._Verdicts reads of a TargetWindow: the samples so far."""
-
-    def __init__(self):
-        self.snaps = []
-
-
 def early_decision(canary, baseline, limits, first_bad=1, every=1):
     """When the early verdict ends the window: the captures fed sample by sample (every `every`-th
     of them: counters read at those instants are what a sampler `every` s apart reads) to the
@@ -91,7 +86,7 @@ def early_decision(canary, baseline, limits, first_bad=1, every=1):
     its first interval). Returns the sample decided at, the intervals and seconds from the first
     bad sample, the canary's finished requests then, and what it named."""
     stop = threading.Event()
-    mine, theirs = _Replayed(), _Replayed()
+    mine, theirs = Replayed(), Replayed()
     plan = _Verdicts([("canary", {"name": "canary"}, dict(limits), mine),
                       ("baseline", {"name": "baseline"}, {"max_num_seqs": 16}, theirs)],
                      DEFAULT_MIN_REQUESTS, None, 0, len(canary) * INTERVAL_S, stop)

@@ -37,6 +37,8 @@ import threading
 import time
 
 from ansible_collections.kvfleet.vllm.plugins.module_utils._analysis_run import _Verdicts, samples_in
+# what _Verdicts reads of a sampling window, as the unit tests feed it
+from ansible_collections.kvfleet.vllm.tests.unit.plugins.module_utils.test_analysis_early import Replayed
 from ansible_collections.kvfleet.vllm.plugins.module_utils._canary import (
     DEFAULT_MIN_REQUESTS, analyse)
 from ansible_collections.kvfleet.vllm.plugins.module_utils._probe import Response, sample
@@ -218,13 +220,6 @@ def _targets(name, snaps):
     return [{"name": name, "samples": [dict(s) for s in snaps], "limits": dict(LIMITS)}]
 
 
-class _Replayed(object):
-    """What _analysis_run._Verdicts reads of a TargetWindow: the samples so far."""
-
-    def __init__(self):
-        self.snaps = []
-
-
 def run_like_module(c_all, b_all, start, step, duration, warmup=0, max_duration=None, before=None):
     """What _analysis_run.run_analysis decides from samples already recorded: `step` recorded
     samples per interval from `start`, fed to the module's own _Verdicts (the early verdict, and
@@ -234,7 +229,7 @@ def run_like_module(c_all, b_all, start, step, duration, warmup=0, max_duration=
     first = samples_in(warmup + duration, interval)
     most = samples_in(warmup + max(duration, max_duration or duration), interval)
     stop = threading.Event()
-    canary, baseline = _Replayed(), _Replayed()
+    canary, baseline = Replayed(), Replayed()
     plan = _Verdicts([("canary", {"name": "canary"}, dict(LIMITS), canary),
                       ("baseline", {"name": "baseline"}, dict(LIMITS), baseline)],
                      DEFAULT_MIN_REQUESTS, None, warmup, duration, stop, before)

@@ -41,7 +41,7 @@ else
     --include=python3,python3-pip,python3-venv,python3-wheel,openssh-client,ca-certificates,git,sshpass \
     --aptopt='Acquire::Retries "3"' \
     --customize-hook='mkdir -p "$1/usr/local/share/ca-certificates"' \
-    --customize-hook='cp /usr/local/share/ca-certificates/*.crt "$1/usr/local/share/ca-certificates/" 2>/dev/null || true' `# none is fine` \
+    --customize-hook='for c in /usr/local/share/ca-certificates/*.crt; do if [ -e "$c" ]; then cp "$c" "$1/usr/local/share/ca-certificates/"; fi; done' \
     --customize-hook='chroot "$1" update-ca-certificates >/dev/null' \
     --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
     --customize-hook='printf "%s\n" "#!/bin/sh" "# ansible-builder calls a dnf: its install and clean, on apt" \
@@ -84,7 +84,8 @@ echo "$image built in ${build_s}s ($(podman image inspect --format '{{ .Size }}'
 say "the collection inside the image"
 inside=$(podman run --rm "$image" sh -c 'ansible --version | head -n 1; ansible-galaxy collection list kvfleet.vllm 2>/dev/null | grep "^kvfleet.vllm";
   ansible-doc -t module kvfleet.vllm.cache_gate | head -n 1; command -v ssh;
-  python3 -c "import pynvml" 2>/dev/null && echo "host package: nvidia-ml-py"; dpkg -s libnuma1 systemd 2>/dev/null | grep "^Package" | sed "s/^/host package: /"' || true)
+  if python3 -c "import pynvml" 2>/dev/null; then echo "host package: nvidia-ml-py"; fi
+  for p in libnuma1 systemd; do if dpkg -s "$p" >/dev/null 2>&1; then echo "host package: $p"; fi; done')
 echo "$inside"
 grep -q "^kvfleet.vllm" <<<"$inside" || { echo "FAIL: kvfleet.vllm is not in the image" >&2; exit 1; }
 grep -q "cache_gate" <<<"$inside" || { echo "FAIL: ansible-doc finds no cache_gate in the image" >&2; exit 1; }
@@ -126,7 +127,7 @@ print(" ".join(sorted(seen)))
 PY
 )
 for h in $hosts; do podman exec "$h" sh -c 'mkdir -p /run/sshd && /usr/sbin/sshd -o UsePAM=no -o PidFile=/run/sshd-ee.pid'; done
-stop_sshd() { for h in $hosts; do podman exec "$h" sh -c 'kill $(cat /run/sshd-ee.pid) 2>/dev/null || true'; done; }
+stop_sshd() { for h in $hosts; do podman exec "$h" sh -c 'if [ -f /run/sshd-ee.pid ]; then kill "$(cat /run/sshd-ee.pid)"; rm -f /run/sshd-ee.pid; fi'; done; }
 trap 'stop_sshd; rm -rf "$work"' EXIT
 # the scenario's files that its group vars name on the controller (the model and its manifest)
 # at the same path; a change deployed (max_num_seqs, whatever the demo left), batch by batch
@@ -135,7 +136,12 @@ seqs=$(podman exec kvfleet-node1 sh -c "tr '\\0' ' ' < /proc/\$(systemctl show -
 new_seqs=$(( seqs == 4 ? 5 : 4 ))
 # ansible-navigator refuses podman without /dev/mqueue (POSIX message queues), which a machine
 # without systemd may lack: made here, mounted where the kernel allows it
-if [ ! -d /dev/mqueue ]; then mkdir -p /dev/mqueue && { mount -t mqueue mqueue /dev/mqueue 2>/dev/null || true; }; fi
+# (navigator checks that the folder exists; where the kernel refuses the mount, as in an
+# unprivileged container, the folder alone is what it asks for, and that is said)
+if [ ! -d /dev/mqueue ]; then
+  mkdir -p /dev/mqueue
+  mount -t mqueue mqueue /dev/mqueue 2>/dev/null || echo "note: /dev/mqueue made, not mounted (the kernel refused the mount)"
+fi
 t0=$(date +%s)
 # ansible-navigator hands ANSIBLE_* variables on to the image: this project's collections path and
 # the demo's ansible.cfg are the controller's here, not the image's
